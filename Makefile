@@ -1,0 +1,53 @@
+# fedloge_nb: two commands do everything on a fresh machine (Python 3.11, root, package registries only).
+#   make run   - set up (idempotent), then the main job
+#   make test  - set up (idempotent), then nbdev_test over nbs/ and pytest over tests/
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.fedloge_nb-installed
+FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
+OUT ?= runs/main
+
+.PHONY: setup data test test-nbs test-py slow run export clean-nbs bench
+
+setup: $(STAMP) data
+
+# torch first (the pinned pair that works with torchvision here), then the package with nbdev's pins in ONE resolve
+$(STAMP): settings.ini setup.py
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check "torch==2.14.1" "torchvision==0.29.1"
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[dev]"
+	@touch $(STAMP)
+
+# Fashion-MNIST comes from Debian (offline); installed only when missing and apt is available
+data:
+	@if [ ! -f $(FMNIST) ]; then \
+	  if command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian package dataset-fashion-mnist"; \
+	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	    $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq dataset-fashion-mnist >/dev/null; \
+	  else echo "warning: $(FMNIST) missing and no apt-get: Fashion-MNIST notebooks will fail (see data/README.md)"; fi; \
+	fi
+
+test: setup test-nbs test-py
+
+test-nbs:
+	cd nbs && OMP_NUM_THREADS=1 ../$(BIN)/nbdev_test --n_workers 2 --timing
+
+# pytest exit code 5 (no tests collected) is a failure here, not a pass
+test-py:
+	$(BIN)/python -m pytest -q tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
+
+# long experiments hidden behind the `slow` flag
+slow: setup
+	cd nbs && ../$(BIN)/nbdev_test --flags slow --n_workers 1 --timing
+
+run: setup
+	$(BIN)/fedloge_nb main --out $(OUT)
+
+export:
+	$(BIN)/nbdev_export && $(BIN)/nbdev_clean
+
+bench: setup
+	$(BIN)/python scripts/bench_sse_c.py

@@ -1,0 +1,97 @@
+"""End-to-end tests of the `fedloge_nb` console script: runs, kill-and-resume, bad inputs."""
+import json, os, signal, subprocess, sys, time
+from pathlib import Path
+import pytest
+
+BIN = Path(sys.executable).parent / 'fedloge_nb'
+TINY = ['--dataset', 'digits', '--imb_factor', '10', '--clients', '4', '--frac', '1.0', '--model', 'mlp',
+        '--batch_size', '16', '--lr', '0.1', '--local_epochs', '2', '--progress', 'false']
+ENV = {**os.environ, 'OMP_NUM_THREADS': '1'}
+
+def cli(*args, check=True, timeout=300):
+    p = subprocess.run([str(BIN), *map(str, args)], capture_output=True, text=True, env=ENV, timeout=timeout)
+    if check and p.returncode != 0: raise AssertionError(f"exit {p.returncode}\nstdout: {p.stdout}\nstderr: {p.stderr}")
+    return p
+
+def metrics(summary):
+    "Everything in a summary except wall-clock times."
+    return {k: v for k, v in summary.items() if not k.endswith(('time_s', 'per_round'))}
+
+def test_help_lists_commands():
+    p = cli('--help'); assert 'run' in p.stdout and 'compare' in p.stdout
+    p = cli('nosuchcommand', check=False); assert p.returncode == 2 and 'unknown command' in p.stderr
+
+def test_run_fedavg_writes_results(tmp_path):
+    out = tmp_path / 'fedavg'
+    cli('run', '--method', 'fedavg', *TINY, '--rounds', '4', '--eval_every', '2', '--out', out)
+    s = json.loads((out / 'summary.json').read_text())
+    for k in ('method', 'dataset', 'seed', 'rounds', 'gm_acc', 'pm_acc', 'gm_many', 'gm_med', 'gm_few'): assert k in s, k
+    assert s['method'] == 'fedavg' and s['rounds'] == 4 and 10 < s['gm_acc'] <= 100
+    hist = (out / 'history.csv').read_text().splitlines()
+    assert hist[0].startswith('round,') and len(hist) == 3          # header + rounds 2 and 4
+    cfg = json.loads((out / 'config.json').read_text())
+    assert cfg['config']['method'] == 'fedavg' and cfg['config']['rounds'] == 4
+
+def test_run_fedloge_reports_all_modes(tmp_path):
+    out = tmp_path / 'fedloge'
+    cli('run', '--method', 'fedloge', *TINY, '--rounds', '3', '--out', out, '--hp', 'sse_steps=200,sse_lr=0.01')
+    s = json.loads((out / 'summary.json').read_text())
+    for k in ('gm_acc_sse_c', 'gm_acc_ga_fr', 'pm_acc_la_fr', 'pm_acc_la_fr_ref', 'gm_acc', 'pm_acc'): assert k in s, k
+    assert s['gm_acc'] == s['gm_acc_ga_fr'] and s['pm_acc'] == s['pm_acc_la_fr']
+    assert s['hp']['sse_steps'] == 200
+
+def test_same_seed_same_numbers(tmp_path):
+    a = cli('run', *TINY, '--rounds', '2', '--out', tmp_path / 'a').stdout
+    b = cli('run', *TINY, '--rounds', '2', '--out', tmp_path / 'b').stdout
+    strip = lambda s: {k: v for k, v in json.loads(s.splitlines()[-1]).items() if k != 'out'}
+    assert strip(a) == strip(b)
+
+def test_kill_and_resume_equals_uninterrupted(tmp_path):
+    args = ['run', '--method', 'fedloge', *TINY, '--rounds', '40', '--model', 'cnn', '--eval_every', '5', '--ckpt_every', '1',
+            '--hp', 'sse_steps=200,sse_lr=0.01']
+    full = tmp_path / 'full'; cli(*args, '--out', full)
+    killed = tmp_path / 'killed'
+    p = subprocess.Popen([str(BIN), *map(str, args), '--out', str(killed)], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    while not (killed / 'checkpoint.pt').exists() and time.time() < deadline and p.poll() is None: time.sleep(0.02)
+    p.send_signal(signal.SIGKILL); p.wait()
+    assert not (killed / 'summary.json').exists(), "the run finished before it could be killed: make it longer"
+    import torch
+    r = torch.load(killed / 'checkpoint.pt', weights_only=True)['round']
+    assert 1 <= r < 40
+    assert not [f for f in killed.iterdir() if f.name.endswith('.tmp')] or True   # temp files of a killed write may remain; never read
+    cli(*args, '--out', killed, '--resume', 'true')
+    sf, sk = (json.loads((d / 'summary.json').read_text()) for d in (full, killed))
+    assert metrics(sf) == metrics(sk)
+    assert (full / 'history.csv').read_text().splitlines()[0] == (killed / 'history.csv').read_text().splitlines()[0]
+
+@pytest.mark.parametrize('args,msg', [
+    (['--method', 'fedfoo'], 'known methods'),
+    (['--dataset', 'mnist9'], 'known datasets'),
+    (['--model', 'vgg'], 'known models'),
+    (['--frac', '0'], 'frac'),
+    (['--frac', '1.5'], 'frac'),
+    (['--rounds', '0'], 'rounds'),
+    (['--imb_factor', '0.01'], '1/'),
+    (['--alpha', '0'], 'alpha'),
+    (['--hp', 'beta'], 'key=value'),
+    (['--hp', 'nosuch=1'], 'unknown hyperparameters'),
+])
+def test_bad_inputs(tmp_path, args, msg):
+    base = dict(zip(TINY[::2], TINY[1::2]))
+    for k, v in zip(args[::2], args[1::2]): base[k] = v
+    flat = [x for kv in base.items() for x in kv]
+    p = cli('run', *flat, '--rounds' if '--rounds' not in base else '--eval_every', '1', '--out', tmp_path / 'x', check=False)
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    assert msg in p.stderr, p.stderr
+    assert 'Traceback' not in p.stderr
+
+def test_resume_errors(tmp_path):
+    p = cli('run', *TINY, '--rounds', '2', '--out', tmp_path / 'none', '--resume', 'true', check=False)
+    assert p.returncode == 2 and 'without --resume' in p.stderr
+    out = tmp_path / 'r'; cli('run', *TINY, '--rounds', '2', '--out', out)
+    (out / 'checkpoint.pt').write_bytes(b'garbage')
+    p = cli('run', *TINY, '--rounds', '2', '--out', out, '--resume', 'true', check=False)
+    assert p.returncode == 2 and 'corrupted' in p.stderr
+    p = cli('run', *TINY, '--rounds', '3', '--out', out, check=False)
+    assert p.returncode == 2 and 'different config' in p.stderr and 'rounds' in p.stderr

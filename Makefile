@@ -47,7 +47,7 @@ run: setup
 	$(BIN)/fedloge_nb main --out $(OUT)
 
 export:
-	$(BIN)/nbdev_export && $(BIN)/nbdev_clean
+	$(BIN)/nbdev_export && $(BIN)/nbdev_clean && $(BIN)/python scripts/make_readme.py
 
 bench: setup
 	$(BIN)/python scripts/bench_sse_c.py

@@ -178,8 +178,15 @@ def main_job(out: str = 'runs/main', seeds: str = '0', rounds: int = 100, device
                    rounds=rounds, model='cnn', device=device, out=out, progress=progress)
 COMMANDS['main'] = main_job
 
+_COMMAND_MODULES = ['fedloge_nb.sweep']   # modules that add commands to COMMANDS when imported (they import this one)
+
 def main(argv=None):
-    "Entry point of the `fedloge_nb` console script: `fedloge_nb {run,compare,main} [--flags]`."
+    "Entry point of the `fedloge_nb` console script: `fedloge_nb {run,compare,main,sweep} [--flags]`."
+    import importlib
+    for m in _COMMAND_MODULES:
+        try: importlib.import_module(m)
+        except ModuleNotFoundError as e:
+            if e.name != m: raise
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ('-h', '--help') or argv[0] not in COMMANDS:
         msg = f"usage: fedloge_nb {{{','.join(COMMANDS)}}} [--flags]   (fedloge_nb COMMAND --help for the flags)"

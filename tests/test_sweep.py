@@ -1,0 +1,136 @@
+"""`fedloge_nb sweep` end to end: SIGKILL in the middle of a sweep, rerun, finished cells are not redone and the
+aggregate is complete and equal to an uninterrupted sweep; bad sweep files; dry runs; the lock."""
+import csv, json, os, signal, subprocess, sys, time
+from pathlib import Path
+import pytest
+
+BIN = Path(sys.executable).parent / 'fedloge_nb'
+ENV = {**os.environ, 'OMP_NUM_THREADS': '1'}
+TINY = '''
+name = "tiny"
+[base]
+dataset = "digits"
+imb_factor = 10
+clients = 4
+frac = 1.0
+rounds = 6
+model = "mlp"
+batch_size = 16
+lr = 0.1
+eval_every = 2
+ckpt_every = 1
+[grid]
+methods = ["fedavg", "fedprox"]
+seeds = [0, 1, 2]
+[hp.fedprox]
+mu = 0.1
+[report]
+converge_at = [30]
+'''
+N_CELLS = 6
+
+def sweep(*args, check=True, timeout=300):
+    p = subprocess.run([str(BIN), 'sweep', *map(str, args)], capture_output=True, text=True, env=ENV, timeout=timeout)
+    if check and p.returncode != 0: raise AssertionError(f"exit {p.returncode}\nstdout: {p.stdout}\nstderr: {p.stderr}")
+    return p
+
+def sweep_in_process(capsys, *args):
+    "The console script's dispatcher in this process (no interpreter start-up): (exit code, stdout, stderr)."
+    from fedloge_nb.cli import main
+    code = 0
+    try: main(['sweep', *map(str, args)])
+    except SystemExit as e: code = e.code
+    o = capsys.readouterr()
+    return code, o.out, o.err
+
+def rows(path):
+    with open(path) as f: return list(csv.DictReader(f))
+
+def no_times(r):
+    "A results row without wall-clock columns."
+    return {k: v for k, v in r.items() if not k.endswith(('time_s', 'per_round'))}
+
+@pytest.fixture
+def tiny(tmp_path):
+    cfg = tmp_path / 'tiny.toml'; cfg.write_text(TINY); return cfg
+
+def test_kill_and_continue(tmp_path, tiny):
+    out = tmp_path / 'killed'
+    p = subprocess.Popen([str(BIN), 'sweep', str(tiny), '--out', str(out), '--progress', 'false'], env=ENV,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # kill when at least one cell is finished and another one is part-way (a checkpoint without a summary)
+    deadline = time.time() + 240
+    while time.time() < deadline and p.poll() is None:
+        done = list(out.glob('*/summary.json'))
+        midway = [c for c in out.glob('*/checkpoint.pt') if not (c.parent / 'summary.json').exists()]
+        if done and midway: break
+        time.sleep(0.005)
+    p.send_signal(signal.SIGKILL); p.wait()
+    done = {s: s.stat().st_mtime_ns for s in out.glob('*/summary.json')}
+    assert 1 <= len(done) < N_CELLS, f"{len(done)} cells were done when the sweep was killed: make the cells longer"
+    assert (out / '.sweep.lock').exists()                           # left by the killed sweep, taken over below
+    r = sweep(tiny, '--out', out, '--progress', 'false')
+    assert f'{len(done)} done, {N_CELLS - len(done)} to run now' in r.stderr, r.stderr
+    assert {s: s.stat().st_mtime_ns for s in done} == done            # finished cells were not redone
+    assert len(list(out.glob('*/summary.json'))) == N_CELLS
+    assert not list(out.glob('*/checkpoint.pt')) and not (out / '.sweep.lock').exists()
+    res = rows(out / 'results.csv')
+    assert len(res) == N_CELLS and {x['status'] for x in res} == {'ok'}
+    summ = rows(out / 'summary.csv')
+    assert [(s['method'], s['n_seeds'], s['n_failed'], s['n_pending']) for s in summ] == [('fedavg', '3', '0', '0'), ('fedprox', '3', '0', '0')]
+    for s in summ:
+        vals = [float(x['gm_acc']) for x in res if x['group'] == s['group']]
+        assert abs(float(s['gm_acc']) - sum(vals) / 3) < 1e-6 and float(s['gm_acc_std']) >= 0
+    assert 'rounds_to_gm_acc_30' in summ[0]
+    assert len(rows(out / 'histories.csv')) == N_CELLS * 3            # rounds 2, 4, 6 of every cell
+    for png in ('bars_gm_acc.png', 'bars_pm_acc.png', 'curves_digits_if10_a0.5.png'): assert (out / 'plots' / png).stat().st_size > 0
+    # a killed and continued sweep gives the numbers of an uninterrupted one
+    full = tmp_path / 'full'
+    sweep(tiny, '--out', full, '--progress', 'false', '--plots', 'false')
+    assert [no_times(x) for x in rows(full / 'results.csv')] == [no_times(x) for x in res]
+    # a third run trains nothing
+    r = sweep(tiny, '--out', out, '--progress', 'false')
+    assert f'{N_CELLS} done, 0 to run now' in r.stderr
+    assert {s: s.stat().st_mtime_ns for s in done} == done
+
+def test_dry_run_only_max_cells(tmp_path, tiny, capsys):
+    out = tmp_path / 'o'
+    code, so, se = sweep_in_process(capsys, tiny, '--out', out, '--dry_run')
+    assert code == 0 and so.count('todo') == N_CELLS and 'digits_if10_a0.5_fedprox_s2' in so and not out.exists()
+    code, so, se = sweep_in_process(capsys, tiny, '--out', out, '--only', 'fedprox', '--max_cells', '1', '--progress', 'false', '--plots', 'false')
+    assert code == 0 and [p.parent.name for p in out.glob('*/summary.json')] == ['digits_if10_a0.5_fedprox_s0']
+    res = rows(out / 'results.csv')
+    assert [x['status'] for x in res].count('pending') == N_CELLS - 1
+    code, so, se = sweep_in_process(capsys, tiny, '--out', out, '--dry_run')
+    assert 'done      digits_if10_a0.5_fedprox_s0' in so
+
+@pytest.mark.parametrize('text,msg', [
+    ('nosuch = 1', "unknown key 'nosuch' in the sweep file; known keys: name"),
+    ('[base]\nroundz = 3', "unknown key 'roundz' in [base]"),
+    ('[grid]\nmethods = ["fedavg"]\nseedz = [0]', "unknown key 'seedz' in [grid]"),
+    ('[grid]\nmethods = ["fedloge"]\n[hp.fedloge]\nbetta = 0.5', "unknown key 'betta' in [hp.fedloge]; known keys: beta"),
+    ('[grid]\nmethods = ["fedavg"]\noverrides = [{hp = {gamma = 1.0}}]', "unknown key 'gamma'"),
+    ('[grid]\nmethods = ["fedfoo"]', 'known methods'),
+    ('[grid]\nseeds = 0', 'non-empty list'),
+    ('[report]\nplot = 1', "unknown key 'plot' in [report]"),
+    ('name = [', 'not valid TOML'),
+])
+def test_bad_sweep_files(tmp_path, capsys, text, msg):
+    f = tmp_path / 'bad.toml'; f.write_text(text)
+    code, so, se = sweep_in_process(capsys, f, '--out', tmp_path / 'o')
+    assert code == 2 and msg in se and 'Traceback' not in se, se
+    assert not (tmp_path / 'o').exists()
+
+def test_bad_file_from_the_shell(tmp_path):
+    f = tmp_path / 'bad.toml'; f.write_text('[grid]\nmethodz = ["fedavg"]')
+    r = sweep(f, check=False)
+    assert r.returncode == 2 and "unknown key 'methodz' in [grid]" in r.stderr and 'Traceback' not in r.stderr
+
+def test_missing_file_and_lock(tmp_path, tiny, capsys):
+    code, so, se = sweep_in_process(capsys, tmp_path / 'nosuch.toml')
+    assert code == 2 and 'no sweep file' in se
+    out = tmp_path / 'o'; out.mkdir()
+    (out / '.sweep.lock').write_text(str(os.getppid()))                # a live process holds the lock
+    code, so, se = sweep_in_process(capsys, tiny, '--out', out)
+    assert code == 2 and 'another sweep' in se
+    assert not list(out.glob('*/config.json'))

@@ -125,13 +125,13 @@ class Cell:
     cfg: FedConfig
 
 def expand(spec: SweepSpec) -> list:
-    "All cells of a sweep (duplicates removed), settings x seeds x overrides x methods."
+    "All cells of a sweep (duplicates removed), seeds x settings x overrides x methods."
     fixed = {k: v for k, v in spec.grid.items() if k not in ('method', 'seed')}
     seeds = spec.grid.get('seed', [spec.base.get('seed', 0)])
     cells, seen = [], {}
-    for combo in itertools.product(*fixed.values()) if fixed else [()]:
-        setting = dict(zip(fixed, combo))
-        for seed in seeds:
+    for seed in seeds:
+        for combo in itertools.product(*fixed.values()) if fixed else [()]:
+            setting = dict(zip(fixed, combo))
             for ov in spec.overrides:
                 for m in spec.methods:
                     ovf = {k: v for k, v in ov.items() if k not in ('hp', 'label')}
@@ -399,7 +399,8 @@ def sweep(config: str,                       # sweep file (.toml), see experimen
     est = spec.meta.get('sec_per_round')
     if est: plan += f"; about {rounds * float(est) / 3600:.1f} h at {float(est):g} s/round"
     if dry_run:
-        for c in cells: print(f"{states[c.name]:7s} {'*' if c in todo else ' '} {c.name}")
+        run_now = {c.name for c in todo}
+        print('\n'.join(f"{states[c.name]:7s} {'*' if c.name in run_now else ' '} {c.name}" for c in cells))
         print(plan); return []
     out.mkdir(parents=True, exist_ok=True)
     lock = _lock(out)

@@ -100,10 +100,12 @@ def degeneration_summary(means, variances, q: float = 0.5, mask=None, tol: float
     mx = sm[:, :1].clamp_min(1e-300)
     live = sm > tol * mx
     cv = (sv.sqrt() / sm)[:, large][live[:, large]]
+    cvs = (sv.sqrt() / sm)[:, small][live[:, small]]
     out = dict(var_share_small=(sv[:, small].sum(1) / tot_v).mean().item(),
                mean_share_small=(sm[:, small].abs().sum(1) / tot_m).mean().item(),
                var_ratio_small_large=(sv[:, small].mean(1) / sv[:, large].mean(1).clamp_min(1e-300)).mean().item(),
-               cv_large=cv.median().item() if len(cv) else float('nan'),
+               cv_large=cv.quantile(0.5).item() if len(cv) else float('nan'),
+               cv_small=cvs.quantile(0.5).item() if len(cvs) else float('nan'),
                near_zero_frac=(~live).double().mean().item(),
                within_between=(V[ok].sum(1).mean() / M[ok].var(0, unbiased=False).sum().clamp_min(1e-300)).item(),
                q=q, classes=int(ok.sum()))

@@ -83,13 +83,14 @@ def plot_client_pm(before, after, ax=None, labels=('before', 'after'), title: st
     if title: ax.set_title(title)
     return ax
 
-def plot_finetune_curve(curve, ax=None, refs: dict | None = None, title: str | None = None):
-    "PM accuracy against local finetuning epochs after LA-FR (a finetune_curve DataFrame), with horizontal reference lines; returns ax."
+def plot_finetune_curve(curve, ax=None, refs: dict | None = None, title: str | None = None, others: dict | None = None):
+    "PM accuracy against local finetuning epochs after LA-FR (a finetune_curve DataFrame), optional other curves {label: DataFrame}, horizontal reference lines; returns ax."
     import matplotlib.pyplot as plt
     if ax is None: _, ax = plt.subplots(figsize=(5, 3.2))
     ax.plot(curve.index, curve['pm_acc'], marker='o', label='LA-FR + finetuning (avg)')
     ax.plot(curve.index, curve['pm_acc_weighted'], marker='.', ls='--', label='LA-FR + finetuning (weighted)')
+    for lab, cur in (others or {}).items(): ax.plot(cur.index, cur['pm_acc'], marker='^', label=lab)
     for (lab, v), c in zip((refs or {}).items(), ['tab:gray', 'tab:green', 'tab:red', 'tab:purple']): ax.axhline(v, color=c, ls=':', label=lab)
-    ax.set_xlabel('local finetuning epochs'); ax.set_ylabel('PM accuracy (%)'); ax.grid(alpha=.3); ax.legend(fontsize=7)
+    ax.set_xlabel('local finetuning epochs'); ax.set_ylabel('PM accuracy (%)'); ax.grid(alpha=.3); ax.legend(fontsize=7, loc='lower right')
     if title: ax.set_title(title)
     return ax

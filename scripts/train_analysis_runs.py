@@ -50,6 +50,7 @@ def main(argv=None):
     p.add_argument('--deg_class', type=int, default=0, help='class of the single-class degeneration panels')
     p.add_argument('--tsne_per_class', type=int, default=200, help='test features per class embedded with the class means')
     p.add_argument('--ft_epochs', type=int, default=15, help='last point of the finetuning curve (Fig. 5)')
+    p.add_argument('--ft_lr_small', type=float, default=0.005, help='a second, smaller finetuning lr for the Fig. 5 curve (the engine uses --lr)')
     p.add_argument('--progress', action='store_true')
     a = p.parse_args(argv)
     t_start = time.time()
@@ -157,8 +158,8 @@ def main(argv=None):
                     'phi_vs_local_spearman_seen_classes': {'mean': np.nanmean(spz), 'median': np.nanmedian(spz), 'min': np.nanmin(spz),
                                                            'positive': int((spz > 0).sum()), 'defined': int((~np.isnan(spz)).sum()), 'per_client': spz.tolist()}}
         plot_norms(psi, fed.class_counts, [cs['phi'] for cs in r.client_states], fed.client_counts, axs=axs[i])
-        axs[i, 0].set_title(rf"{NAMES[c]}: $\psi$, Spearman {norms[c]['psi_vs_global']['spearman']:.2f}")
-        axs[i, 1].set_title(rf"{NAMES[c]}: $\phi_k$, median Spearman {np.nanmedian(sp):.2f} (seen classes {np.nanmedian(spz):.2f})")
+        axs[i, 0].set_title(rf"{NAMES[c]}: $\psi$ (Spearman {norms[c]['psi_vs_global']['spearman']:.2f})", fontsize=10)
+        axs[i, 1].set_title(rf"{NAMES[c]}: $\phi_k$ (median Spearman {np.nanmedian(sp):.2f}; seen {np.nanmedian(spz):.2f})", fontsize=10)
         pc = per_client[c] = client_mode_accuracy(r.algo, r.clients, r.client_states)
         t7[c] = pm_table(pc, ['la_fr_noft', 'la_fr_dist', 'la_fr_ref', 'phi', 'ga_fr'])
     fig.tight_layout(); fig.savefig(out / 'norms.png', dpi=110); plt.close(fig)
@@ -182,10 +183,12 @@ def main(argv=None):
                    'per_client_phi': b.tolist(), 'per_client_la_fr': af.tolist()}
         plot_client_pm(b, af, axs[i, 1], labels=(r'$\phi_k$ alone', r"LA-FR $\phi'_k$"), title=f'{NAMES[c]}: personalised, per client')
         cur = finetune_curve(r.algo, r.clients, r.client_states, cfgs[c], epochs=range(a.ft_epochs + 1))
-        ft[c] = cur
+        small = finetune_curve(r.algo, r.clients, r.client_states, cfgs[c], epochs=range(a.ft_epochs + 1), lr=a.ft_lr_small)
+        ft[c], ft[c + f'_lr{a.ft_lr_small:g}'] = cur, small
         plot_finetune_curve(cur, axs[i, 2], refs={r'$\phi_k$ alone': np.nanmean(b), r"$\phi_k+\phi'_k$ (reference)": np.nanmean(rf),
                                                   'GA-FR (generic) on local': np.nanmean(pc['ga_fr']['acc'])},
-                            title=f'{NAMES[c]}: LA-FR + local finetuning')
+                            others={f'finetuning lr {a.ft_lr_small:g} (avg)': small},
+                            title=f'{NAMES[c]}: LA-FR + local finetuning (lr {cfgs[c].lr:g} unless noted)')
     fig.tight_layout(); fig.savefig(out / 'realignment.png', dpi=110); plt.close(fig)
     pd.concat(gm, names=['backbone', 'mode']).to_csv(out / 'gm_groups.csv')
     pd.concat({c: v[['pm_acc', 'pm_acc_weighted']] for c, v in ft.items()}, names=['backbone', 'epochs']).to_csv(out / 'finetune_curve.csv')

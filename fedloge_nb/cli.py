@@ -106,14 +106,15 @@ def plot_curves(histories: dict, path=None, keys=('gm_acc', 'pm_acc')):
     import matplotlib; import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 3.5), squeeze=False)
     for ax, key in zip(axes[0], keys):
-        for m, hs in histories.items():
+        for i, (m, hs) in enumerate(histories.items()):     # a method keeps its colour/line style in every panel
             hs = [h for h in hs if h and h[0].get(key) is not None]
             if not hs: continue
             rounds = [r['round'] for r in hs[0]]
             vals = np.array([[r.get(key, np.nan) for r in h][:len(rounds)] for h in hs], dtype=float)
-            ax.plot(rounds, np.nanmean(vals, 0), label=m)
+            ax.plot(rounds, np.nanmean(vals, 0), label=m, color=f'C{i % 10}', ls=('-', '--', ':')[i // 10 % 3])
         ax.set_xlabel('round'); ax.set_ylabel(f'{key} (%)'); ax.set_title(key); ax.grid(alpha=.3)
-    axes[0][0].legend(fontsize=8)
+    handles = {l: h for ax in axes[0] for h, l in zip(*ax.get_legend_handles_labels())}   # every method once
+    axes[0][-1].legend(handles.values(), handles.keys(), fontsize=8, loc='center left', bbox_to_anchor=(1.02, 0.5))
     fig.tight_layout()
     if path is not None:
         import io; buf = io.BytesIO(); fig.savefig(buf, format='png', dpi=110); atomic_write(path, buf.getvalue()); plt.close(fig)

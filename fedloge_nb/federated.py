@@ -4,7 +4,7 @@
 
 # %% ../nbs/04_federated.ipynb #09520407
 from __future__ import annotations
-import copy, csv, dataclasses, importlib, io, json, math, os, random, tempfile, time
+import contextlib, copy, csv, dataclasses, importlib, io, json, math, os, random, tempfile, time
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 import numpy as np
@@ -16,8 +16,8 @@ from tqdm.auto import tqdm
 # %% auto #0
 __all__ = ['METHODS', 'FedConfig', 'derive_seed', 'seed_everything', 'sample_clients', 'ClientData', 'client_datasets',
            'weighted_average', 'ClientResult', 'register', 'Algorithm', 'shared', 'local_sgd', 'FedAvg', 'get_method',
-           'make_algorithm', 'group_accuracy', 'evaluate', 'atomic_write', 'save_json', 'save_csv', 'save_checkpoint',
-           'load_checkpoint', 'RunResult', 'run_fl']
+           'make_algorithm', 'group_accuracy', 'eval_mode', 'evaluate', 'atomic_write', 'save_json', 'save_csv',
+           'save_checkpoint', 'load_checkpoint', 'RunResult', 'run_fl']
 
 # %% ../nbs/04_federated.ipynb #98d60cf2
 def _auto_device(device: str | None) -> str:
@@ -290,13 +290,20 @@ def group_accuracy(pred, y, shots: dict) -> dict:
         out[g] = (pred[m] == y[m]).float().mean().item() if m.any() else float('nan')
     return out
 
-def evaluate(algo: Algorithm, fed, clients: list, client_states: list, bs: int = 2048) -> dict:
-    "GM (+ many/med/few) and PM (unweighted and weighted) accuracy for every inference mode, in %."
+@contextlib.contextmanager
+def eval_mode(algo):
+    "Put every nn.Module attribute of `algo` in eval mode; restore each one's train/eval flag on exit."
     nets = [m for m in vars(algo).values() if isinstance(m, nn.Module)]
     modes = [m.training for m in nets]
     for m in nets: m.eval()
+    try: yield algo
+    finally:
+        for m, t in zip(nets, modes): m.train(t)
+
+def evaluate(algo: Algorithm, fed, clients: list, client_states: list, bs: int = 2048) -> dict:
+    "GM (+ many/med/few) and PM (unweighted and weighted) accuracy for every inference mode, in %."
     res = {}
-    try:
+    with eval_mode(algo):
         if algo.has_global:
             x, y = fed.x_test.to(algo.device), fed.y_test.to(algo.device)
             for mode, pred in _predict(algo.global_logits, x, bs).items():
@@ -320,8 +327,6 @@ def evaluate(algo: Algorithm, fed, clients: list, client_states: list, bs: int =
             if mode == algo.primary_personal:
                 res[f'pm_acc_{mode}'] = res['pm_acc']; res['client_acc'] = [round(100 * float(v), 4) for v in a]
         res['pm_clients'] = len(per.get(algo.primary_personal, []))
-    finally:
-        for m, t in zip(nets, modes): m.train(t)
     return res
 
 # %% ../nbs/04_federated.ipynb #6a7c2608

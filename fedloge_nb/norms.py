@@ -8,6 +8,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 from .realign import mask_logits
+from .federated import eval_mode
 
 # %% auto #0
 __all__ = ['norm_count_correlation', 'client_norm_correlations', 'client_mode_accuracy', 'pm_table', 'plot_norms']
@@ -49,11 +50,8 @@ def client_norm_correlations(client_states: list, client_counts, key: str = 'phi
 @torch.no_grad()
 def client_mode_accuracy(algo, clients: list, client_states: list, bs: int = 2048) -> dict:
     "Per mode of algo.personal_logits: {'acc', 'macro', 'n'} arrays over clients (accuracies in %, NaN for empty test sets)."
-    nets = [m for m in vars(algo).values() if isinstance(m, nn.Module)]
-    was = [m.training for m in nets]
-    for m in nets: m.eval()
     out = {}
-    try:
+    with eval_mode(algo):
         for k, (d, cs) in enumerate(zip(clients, client_states)):
             if len(d.y_test) == 0: continue
             preds = {}
@@ -64,8 +62,6 @@ def client_mode_accuracy(algo, clients: list, client_states: list, bs: int = 204
                 p = torch.cat(p); r = out.setdefault(mode, {f: np.full(len(clients), np.nan) for f in ('acc', 'macro', 'n')})
                 r['acc'][k] = 100 * (p == y).double().mean().item(); r['n'][k] = len(y)
                 r['macro'][k] = 100 * np.mean([(p[y == c] == c).double().mean().item() for c in torch.unique(y)])
-    finally:
-        for m, t in zip(nets, was): m.train(t)
     return out
 
 def pm_table(per_client: dict, modes=None):

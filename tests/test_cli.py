@@ -47,7 +47,8 @@ def test_same_seed_same_numbers(tmp_path):
     assert strip(a) == strip(b)
 
 def test_kill_and_resume_equals_uninterrupted(tmp_path):
-    args = ['run', '--method', 'fedloge', *TINY, '--rounds', '40', '--model', 'cnn', '--eval_every', '5', '--ckpt_every', '1',
+    # mlp on digits: ~0.1 s a round with a checkpoint each round, so the kill (polled every 20 ms) lands early in 40 rounds
+    args = ['run', '--method', 'fedloge', *TINY, '--rounds', '40', '--eval_every', '5', '--ckpt_every', '1',
             '--hp', 'sse_steps=200,sse_lr=0.01']
     full = tmp_path / 'full'; cli(*args, '--out', full)
     killed = tmp_path / 'killed'
@@ -59,7 +60,7 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path):
     import torch
     r = torch.load(killed / 'checkpoint.pt', weights_only=True)['round']
     assert 1 <= r < 40
-    assert not [f for f in killed.iterdir() if f.name.endswith('.tmp')] or True   # temp files of a killed write may remain; never read
+    # a killed write may leave a *.tmp file beside checkpoint.pt; resuming never reads it
     cli(*args, '--out', killed, '--resume', 'true')
     sf, sk = (json.loads((d / 'summary.json').read_text()) for d in (full, killed))
     assert metrics(sf) == metrics(sk)

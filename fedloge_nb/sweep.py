@@ -15,7 +15,8 @@ from .cli import COMMANDS, hp_for, _check_names, _read_history, plot_curves
 # %% auto #0
 __all__ = ['FIELDS', 'GRID_ALIASES', 'TOP_KEYS', 'REPORT_DEFAULTS', 'SHORT', 'TIME_COLS', 'SweepSpec', 'parse_spec', 'load_spec',
            'Cell', 'expand', 'cell_state', 'run_cell', 'rounds_to_reach', 'cell_row', 'aggregate', 'fmt_mean_std',
-           'summary_markdown', 'plot_bars', 'plot_sensitivity', 'read_rows', 'write_reports', 'sweep']
+           'summary_markdown', 'plot_bars', 'plot_sensitivity', 'read_rows', 'write_reports', 'claim_cell',
+           'release_cell', 'sweep']
 
 # %% ../nbs/15_sweep.ipynb #5956da09
 FIELDS = [f.name for f in dataclasses.fields(FedConfig)]
@@ -358,18 +359,33 @@ def write_reports(spec: SweepSpec, cells: list, out, plots: bool = True) -> list
     return summary
 
 # %% ../nbs/15_sweep.ipynb #b1ceebcb
-def _lock(out: Path):
-    p = out/'.sweep.lock'
-    if p.exists():
-        try: pid = int(p.read_text().strip() or 0)
-        except ValueError: pid = 0
-        if pid and pid != os.getpid():
-            try: os.kill(pid, 0); alive = True
-            except ProcessLookupError: alive = False
-            except PermissionError: alive = True
-            if alive: raise ValueError(f"another sweep (pid {pid}) is running on {out}; wait for it, or remove {p} if that process is not a sweep")
-    atomic_write(p, str(os.getpid()))
-    return p
+def _alive(pid: int) -> bool:
+    try: os.kill(pid, 0); return True
+    except ProcessLookupError: return False
+    except PermissionError: return True
+
+def claim_cell(cell: Cell, out) -> Path | None:
+    "Take the cell's lock `OUT/.locks/<cell>.lock` (holding our pid); None while another live process holds it."
+    locks = Path(out)/'.locks'; locks.mkdir(parents=True, exist_ok=True)
+    p, tmp = locks/f'{cell.name}.lock', locks/f'.{cell.name}.{os.getpid()}.tmp'
+    tmp.write_text(str(os.getpid()))
+    try:
+        for _ in range(3):
+            try: os.link(tmp, p); return p                  # atomic, and the lock file is complete when it appears
+            except FileExistsError:
+                try: pid = int(p.read_text().strip() or 0)
+                except (ValueError, FileNotFoundError): pid = 0
+                if pid == os.getpid(): return p
+                if pid and _alive(pid): return None
+                p.unlink(missing_ok=True)                   # stale: its process is gone
+        return None
+    finally: tmp.unlink(missing_ok=True)
+
+def release_cell(lock: Path | None):
+    "Remove a lock taken by `claim_cell` (only if it is still ours)."
+    try:
+        if lock is not None and lock.read_text().strip() == str(os.getpid()): lock.unlink()
+    except FileNotFoundError: pass
 
 @call_parse
 def sweep(config: str,                       # sweep file (.toml), see experiments/
@@ -403,14 +419,16 @@ def sweep(config: str,                       # sweep file (.toml), see experimen
         print('\n'.join(f"{states[c.name]:7s} {'*' if c.name in run_now else ' '} {c.name}" for c in cells))
         print(plan); return []
     out.mkdir(parents=True, exist_ok=True)
-    lock = _lock(out)
-    try:
-        save_json(out/'sweep.json', {'spec': dataclasses.asdict(spec), 'config_file': str(config), 'command': ' '.join(sys.argv)})
-        print(plan, file=sys.stderr)
-        fed, fed_key, failed = None, None, []
-        bar = tqdm(todo, desc=spec.name, disable=not progress, unit='cell')
-        for c in bar:
-            bar.set_postfix_str(c.name)
+    save_json(out/'sweep.json', {'spec': dataclasses.asdict(spec), 'config_file': str(config), 'command': ' '.join(sys.argv)})
+    print(plan, file=sys.stderr)
+    fed, fed_key, failed, busy = None, None, [], []
+    bar = tqdm(todo, desc=spec.name, disable=not progress, unit='cell')
+    for c in bar:
+        bar.set_postfix_str(c.name)
+        lock = claim_cell(c, out)
+        if lock is None: busy.append(c.name); continue          # another worker is running it
+        try:
+            if cell_state(c, out) == 'done': continue           # another worker finished it meanwhile
             k = json.dumps(c.cfg.data_args(), sort_keys=True, default=str)
             if k != fed_key:
                 fed, fed_key = None, None
@@ -419,12 +437,12 @@ def sweep(config: str,                       # sweep file (.toml), see experimen
                     fed, fed_key = make_fed_data(**c.cfg.data_args()), k
                 except Exception: fed = None            # run_cell rebuilds it and records the error
             if run_cell(c, out, fed, progress=run_progress, keep_checkpoints=keep_checkpoints) == 'failed': failed.append(c.name)
-            write_reports(spec, cells, out, plots=False)
-        summary = write_reports(spec, cells, out, plots=plots)
-    finally:
-        if lock.exists() and lock.read_text().strip() == str(os.getpid()): lock.unlink()
+        finally: release_cell(lock)
+        write_reports(spec, cells, out, plots=False)
+    summary = write_reports(spec, cells, out, plots=plots)
     print(summary_markdown(summary, spec.report['metrics'], title=spec.name))
     if failed: print(f"{len(failed)} cell(s) failed (see OUT/<cell>/error.txt): {', '.join(failed)}", file=sys.stderr)
+    if busy: print(f"{len(busy)} cell(s) skipped, another live process holds their lock (OUT/.locks): {', '.join(busy)}", file=sys.stderr)
     return summary
 
 COMMANDS['sweep'] = sweep

@@ -1,5 +1,5 @@
 """`fedloge_nb sweep` end to end: SIGKILL in the middle of a sweep, rerun, finished cells are not redone and the
-aggregate is complete and equal to an uninterrupted sweep; bad sweep files; dry runs; the lock."""
+aggregate is complete and equal to an uninterrupted sweep; bad sweep files; dry runs; cell locks and two workers on one sweep."""
 import csv, json, os, signal, subprocess, sys, time
 from pathlib import Path
 import pytest
@@ -129,8 +129,18 @@ def test_bad_file_from_the_shell(tmp_path):
 def test_missing_file_and_lock(tmp_path, tiny, capsys):
     code, so, se = sweep_in_process(capsys, tmp_path / 'nosuch.toml')
     assert code == 2 and 'no sweep file' in se
-    out = tmp_path / 'o'; out.mkdir()
-    (out / '.sweep.lock').write_text(str(os.getppid()))                # a live process holds the lock
-    code, so, se = sweep_in_process(capsys, tiny, '--out', out)
-    assert code == 2 and 'another sweep' in se
-    assert not list(out.glob('*/config.json'))
+    out = tmp_path / 'o'; (out / '.locks').mkdir(parents=True)
+    (out / '.locks' / 'digits_if10_a0.5_fedavg_s0.lock').write_text(str(os.getppid()))   # a live process runs this cell
+    code, so, se = sweep_in_process(capsys, tiny, '--out', out, '--only', 'fedavg_s[01]$')
+    assert code == 0 and 'skipped, another live process holds their lock' in se and 'fedavg_s0' in se
+    assert not (out / 'digits_if10_a0.5_fedavg_s0').exists() and (out / 'digits_if10_a0.5_fedavg_s1' / 'summary.json').exists()
+
+def test_two_workers_share_one_sweep(tmp_path, tiny):
+    out = tmp_path / 'o'
+    ps = [subprocess.Popen([str(BIN), 'sweep', str(tiny), '--out', str(out), '--progress', 'false', '--plots', 'false'],
+                           env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    res = [p.communicate(timeout=300) for p in ps]
+    assert all(p.returncode == 0 for p in ps), res
+    r = rows(out / 'results.csv')
+    assert len(r) == N_CELLS and all(x['status'] == 'ok' for x in r), r
+    assert not list((out / '.locks').iterdir())                          # every lock released

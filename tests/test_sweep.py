@@ -68,12 +68,12 @@ def test_kill_and_continue(tmp_path, tiny):
     p.send_signal(signal.SIGKILL); p.wait()
     done = {s: s.stat().st_mtime_ns for s in out.glob('*/summary.json')}
     assert 1 <= len(done) < N_CELLS, f"{len(done)} cells were done when the sweep was killed: make the cells longer"
-    assert (out / '.sweep.lock').exists()                           # left by the killed sweep, taken over below
+    assert list((out / '.locks').glob('*.lock'))                      # the running cell's lock, left by the killed sweep, taken over below
     r = sweep(tiny, '--out', out, '--progress', 'false')
     assert f'{len(done)} done, {N_CELLS - len(done)} to run now' in r.stderr, r.stderr
     assert {s: s.stat().st_mtime_ns for s in done} == done            # finished cells were not redone
     assert len(list(out.glob('*/summary.json'))) == N_CELLS
-    assert not list(out.glob('*/checkpoint.pt')) and not (out / '.sweep.lock').exists()
+    assert not list(out.glob('*/checkpoint.pt')) and not list((out / '.locks').glob('*.lock'))
     res = rows(out / 'results.csv')
     assert len(res) == N_CELLS and {x['status'] for x in res} == {'ok'}
     summ = rows(out / 'summary.csv')

@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 __all__ = ['METHODS', 'FedConfig', 'derive_seed', 'seed_everything', 'sample_clients', 'ClientData', 'client_datasets',
            'weighted_average', 'ClientResult', 'register', 'Algorithm', 'shared', 'local_sgd', 'FedAvg', 'get_method',
            'make_algorithm', 'group_accuracy', 'eval_mode', 'evaluate', 'atomic_write', 'save_json', 'save_csv',
-           'save_checkpoint', 'load_checkpoint', 'RunResult', 'run_fl']
+           'save_checkpoint', 'load_checkpoint', 'RunResult', 'start_run', 'run_fl']
 
 # %% ../nbs/04_federated.ipynb #98d60cf2
 def _auto_device(device: str | None) -> str:
@@ -396,6 +396,18 @@ def _train_round(algo, cfg, clients, client_states, gstate, rnd):
     losses = [r.loss for r in results if not math.isnan(r.loss)]
     return gstate, (float(np.mean(losses)) if losses else float('nan')), len(results)
 
+def start_run(algo: Algorithm, fed, cfg: FedConfig) -> tuple[list, list, dict]:
+    "Build `algo` on `fed` and draw each client's initial state (seeded per client): (clients, client_states, global state)."
+    algo.device = torch.device(_auto_device(cfg.device))
+    seed_everything(derive_seed(cfg.seed, 'build'))
+    algo.build(fed, cfg)
+    clients = client_datasets(fed, algo.device)
+    client_states = []
+    for k, d in enumerate(clients):
+        torch.manual_seed(derive_seed(cfg.seed, 'client_init', k))
+        client_states.append(algo.init_client_state(k, d))
+    return clients, client_states, algo.global_state()
+
 def run_fl(cfg: FedConfig, fed=None, out=None, resume: bool = False, progress: bool = True, algo: Algorithm | None = None) -> RunResult:
     "Train `cfg.method` on a federated dataset for `cfg.rounds` rounds and evaluate GM and PM."
     cfg = cfg.validate()
@@ -415,15 +427,8 @@ def run_fl(cfg: FedConfig, fed=None, out=None, resume: bool = False, progress: b
                 raise ValueError(f"{out} holds a run with a different config (differs in {diff}); use another --out or delete the folder")
         elif resume: raise FileNotFoundError(f"no run in {out} to resume (config.json missing): run without --resume")
         save_json(out/'config.json', {'config': key, 'data': fed.config, 'device': cfg.device})
-    algo.device = torch.device(_auto_device(cfg.device))
-    seed_everything(derive_seed(cfg.seed, 'build'))
-    algo.build(fed, cfg)
-    clients = client_datasets(fed, algo.device)
-    client_states = []
-    for k, d in enumerate(clients):
-        torch.manual_seed(derive_seed(cfg.seed, 'client_init', k))
-        client_states.append(algo.init_client_state(k, d))
-    gstate, history, start, train_time = algo.global_state(), [], 0, 0.0
+    clients, client_states, gstate = start_run(algo, fed, cfg)
+    history, start, train_time = [], 0, 0.0
     if resume:
         if out is None: raise ValueError("resume=True needs an out folder")
         ck = load_checkpoint(out/'checkpoint.pt')

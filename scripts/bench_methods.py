@@ -10,7 +10,7 @@ the after-training stage are excluded (they are one-off costs; see `finish_time_
 import argparse, dataclasses, statistics, time
 import torch
 from fedloge_nb.data import make_fed_data
-from fedloge_nb.federated import FedConfig, make_algorithm, client_datasets, seed_everything, _train_round
+from fedloge_nb.federated import FedConfig, make_algorithm, start_run, _train_round
 
 p = argparse.ArgumentParser()
 p.add_argument('--methods', default='fedavg,fedprox,fedrep,fedbabu,fedloge')
@@ -26,10 +26,8 @@ fed = make_fed_data(**base.data_args())
 runs = {}
 for m in methods:
     cfg = dataclasses.replace(base, method=m).validate()
-    algo = make_algorithm(cfg); seed_everything(0); algo.build(fed, cfg)
-    clients = client_datasets(fed, algo.device)
-    states = [algo.init_client_state(k, d) for k, d in enumerate(clients)]
-    runs[m] = dict(cfg=cfg, algo=algo, clients=clients, states=states, g=algo.global_state(), rnd=0, t=[])
+    algo = make_algorithm(cfg); clients, states, g = start_run(algo, fed, cfg)
+    runs[m] = dict(cfg=cfg, algo=algo, clients=clients, states=states, g=g, rnd=0, t=[])
 
 def train(m, n):
     r = runs[m]; t = time.perf_counter()

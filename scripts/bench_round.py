@@ -9,7 +9,7 @@ import argparse, statistics, time
 import torch
 import torch.nn.functional as F
 from fedloge_nb.data import make_fed_data
-from fedloge_nb.federated import FedConfig, FedAvg, client_datasets, seed_everything, _train_round
+from fedloge_nb.federated import FedConfig, FedAvg, start_run, _train_round
 
 p = argparse.ArgumentParser()
 p.add_argument('--dataset', default='fmnist'); p.add_argument('--model', default='cnn')
@@ -20,8 +20,7 @@ torch.set_num_threads(a.threads)
 cfg = FedConfig(dataset=a.dataset, model=a.model, clients=a.clients, frac=1.0, local_epochs=1, batch_size=a.batch_size,
                 device='cpu')
 fed = make_fed_data(**cfg.data_args())
-algo = FedAvg(); seed_everything(0); algo.build(fed, cfg)
-clients = client_datasets(fed); states = [{} for _ in clients]
+algo = FedAvg(); clients, states, gstate = start_run(algo, fed, cfg)
 n = sum(len(c) for c in clients)
 x = torch.cat([c.x for c in clients]); y = torch.cat([c.y for c in clients])
 
@@ -37,7 +36,6 @@ def fed_round(rnd):
     global gstate
     gstate, _, _ = _train_round(algo, cfg, clients, states, gstate, rnd)
 
-gstate = algo.global_state()
 central_epoch(0); fed_round(1)   # warm-up
 tc, tf = [], []
 for r in range(a.repeats):

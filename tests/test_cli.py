@@ -13,15 +13,6 @@ def cli(*args, check=True, timeout=300):
     if check and p.returncode != 0: raise AssertionError(f"exit {p.returncode}\nstdout: {p.stdout}\nstderr: {p.stderr}")
     return p
 
-def cli_in_process(capsys, *args):
-    "The console script's dispatcher in this process (no interpreter start-up): (exit code, stdout, stderr)."
-    from fedloge_nb.cli import main
-    code = 0
-    try: main([*map(str, args)])
-    except SystemExit as e: code = e.code
-    o = capsys.readouterr()
-    return code, o.out, o.err
-
 def metrics(summary):
     "Everything in a summary except wall-clock times."
     return {k: v for k, v in summary.items() if not k.endswith(('time_s', 'per_round'))}
@@ -87,12 +78,12 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path):
     (['--hp', 'beta'], 'key=value'),
     (['--hp', 'nosuch=1'], 'unknown hyperparameters'),
 ])
-def test_bad_inputs(tmp_path, args, msg, capsys):
+def test_bad_inputs(tmp_path, args, msg, main_in_process):
     # in process (the same dispatcher as the console script; test_bad_input_from_the_shell covers the shell path)
     base = dict(zip(TINY[::2], TINY[1::2]))
     for k, v in zip(args[::2], args[1::2]): base[k] = v
     flat = [x for kv in base.items() for x in kv]
-    code, so, se = cli_in_process(capsys, 'run', *flat, '--rounds' if '--rounds' not in base else '--eval_every', '1', '--out', tmp_path / 'x')
+    code, so, se = main_in_process('run', *flat, '--rounds' if '--rounds' not in base else '--eval_every', '1', '--out', tmp_path / 'x')
     assert code == 2, (code, so, se)
     assert msg in se, se
     assert not (tmp_path / 'x' / 'summary.json').exists()
@@ -101,12 +92,12 @@ def test_bad_input_from_the_shell(tmp_path):
     p = cli('run', *TINY, '--frac', '0', '--rounds', '1', '--out', tmp_path / 'x', check=False)
     assert p.returncode == 2 and 'frac' in p.stderr and 'Traceback' not in p.stderr, p.stderr
 
-def test_resume_errors(tmp_path, capsys):
-    code, _, se = cli_in_process(capsys, 'run', *TINY, '--rounds', '2', '--out', tmp_path / 'none', '--resume', 'true')
+def test_resume_errors(tmp_path, main_in_process):
+    code, _, se = main_in_process('run', *TINY, '--rounds', '2', '--out', tmp_path / 'none', '--resume', 'true')
     assert code == 2 and 'without --resume' in se
-    out = tmp_path / 'r'; assert cli_in_process(capsys, 'run', *TINY, '--rounds', '2', '--out', out)[0] == 0
+    out = tmp_path / 'r'; assert main_in_process('run', *TINY, '--rounds', '2', '--out', out)[0] == 0
     (out / 'checkpoint.pt').write_bytes(b'garbage')
-    code, _, se = cli_in_process(capsys, 'run', *TINY, '--rounds', '2', '--out', out, '--resume', 'true')
+    code, _, se = main_in_process('run', *TINY, '--rounds', '2', '--out', out, '--resume', 'true')
     assert code == 2 and 'corrupted' in se
-    code, _, se = cli_in_process(capsys, 'run', *TINY, '--rounds', '3', '--out', out)
+    code, _, se = main_in_process('run', *TINY, '--rounds', '3', '--out', out)
     assert code == 2 and 'different config' in se and 'rounds' in se

@@ -34,15 +34,6 @@ def sweep(*args, check=True, timeout=300):
     if check and p.returncode != 0: raise AssertionError(f"exit {p.returncode}\nstdout: {p.stdout}\nstderr: {p.stderr}")
     return p
 
-def sweep_in_process(capsys, *args):
-    "The console script's dispatcher in this process (no interpreter start-up): (exit code, stdout, stderr)."
-    from fedloge_nb.cli import main
-    code = 0
-    try: main(['sweep', *map(str, args)])
-    except SystemExit as e: code = e.code
-    o = capsys.readouterr()
-    return code, o.out, o.err
-
 def rows(path):
     with open(path) as f: return list(csv.DictReader(f))
 
@@ -93,15 +84,15 @@ def test_kill_and_continue(tmp_path, tiny):
     assert f'{N_CELLS} done, 0 to run now' in r.stderr
     assert {s: s.stat().st_mtime_ns for s in done} == done
 
-def test_dry_run_only_max_cells(tmp_path, tiny, capsys):
+def test_dry_run_only_max_cells(tmp_path, tiny, main_in_process):
     out = tmp_path / 'o'
-    code, so, se = sweep_in_process(capsys, tiny, '--out', out, '--dry_run')
+    code, so, se = main_in_process('sweep', tiny, '--out', out, '--dry_run')
     assert code == 0 and so.count('todo') == N_CELLS and 'digits_if10_a0.5_fedprox_s2' in so and not out.exists()
-    code, so, se = sweep_in_process(capsys, tiny, '--out', out, '--only', 'fedprox', '--max_cells', '1', '--progress', 'false', '--plots', 'false')
+    code, so, se = main_in_process('sweep', tiny, '--out', out, '--only', 'fedprox', '--max_cells', '1', '--progress', 'false', '--plots', 'false')
     assert code == 0 and [p.parent.name for p in out.glob('*/summary.json')] == ['digits_if10_a0.5_fedprox_s0']
     res = rows(out / 'results.csv')
     assert [x['status'] for x in res].count('pending') == N_CELLS - 1
-    code, so, se = sweep_in_process(capsys, tiny, '--out', out, '--dry_run')
+    code, so, se = main_in_process('sweep', tiny, '--out', out, '--dry_run')
     assert 'done      digits_if10_a0.5_fedprox_s0' in so
 
 @pytest.mark.parametrize('text,msg', [
@@ -115,9 +106,9 @@ def test_dry_run_only_max_cells(tmp_path, tiny, capsys):
     ('[report]\nplot = 1', "unknown key 'plot' in [report]"),
     ('name = [', 'not valid TOML'),
 ])
-def test_bad_sweep_files(tmp_path, capsys, text, msg):
+def test_bad_sweep_files(tmp_path, main_in_process, text, msg):
     f = tmp_path / 'bad.toml'; f.write_text(text)
-    code, so, se = sweep_in_process(capsys, f, '--out', tmp_path / 'o')
+    code, so, se = main_in_process('sweep', f, '--out', tmp_path / 'o')
     assert code == 2 and msg in se and 'Traceback' not in se, se
     assert not (tmp_path / 'o').exists()
 
@@ -126,12 +117,12 @@ def test_bad_file_from_the_shell(tmp_path):
     r = sweep(f, check=False)
     assert r.returncode == 2 and "unknown key 'methodz' in [grid]" in r.stderr and 'Traceback' not in r.stderr
 
-def test_missing_file_and_lock(tmp_path, tiny, capsys):
-    code, so, se = sweep_in_process(capsys, tmp_path / 'nosuch.toml')
+def test_missing_file_and_lock(tmp_path, tiny, main_in_process):
+    code, so, se = main_in_process('sweep', tmp_path / 'nosuch.toml')
     assert code == 2 and 'no sweep file' in se
     out = tmp_path / 'o'; (out / '.locks').mkdir(parents=True)
     (out / '.locks' / 'digits_if10_a0.5_fedavg_s0.lock').write_text(str(os.getppid()))   # a live process runs this cell
-    code, so, se = sweep_in_process(capsys, tiny, '--out', out, '--only', 'fedavg_s[01]$')
+    code, so, se = main_in_process('sweep', tiny, '--out', out, '--only', 'fedavg_s[01]$')
     assert code == 0 and 'skipped, another live process holds their lock' in se and 'fedavg_s0' in se
     assert not (out / 'digits_if10_a0.5_fedavg_s0').exists() and (out / 'digits_if10_a0.5_fedavg_s1' / 'summary.json').exists()
 

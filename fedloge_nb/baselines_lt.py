@@ -63,6 +63,9 @@ class LocalFinetune:
     "Mixin: after the last round, every client finetunes a copy of the global model (`ft_part` 'head' or 'all'); PM uses it."
     primary_personal = 'ft'
 
+    @classmethod
+    def post_hp(cls, epochs): return {'ft_epochs': int(epochs)}
+
     def _check_ft(self):
         if self.hp['ft_part'] not in ('head', 'all'): raise ValueError(f"ft_part must be 'head' or 'all', got {self.hp['ft_part']!r}")
         if self.hp['ft_epochs'] < 0: raise ValueError(f"ft_epochs must be >= 0, got {self.hp['ft_epochs']}")
@@ -214,6 +217,9 @@ class LWS(FedAvg):
     "FedAvg + LWS (Kang et al. 2020): per-class logit scales learned on class-balanced local batches, averaged by the server."
     defaults = dict(lws_epochs=10, lws_rounds=1, lws_lr=None)
     primary_global = 'lws'
+
+    @classmethod
+    def post_hp(cls, epochs): return {'lws_epochs': int(epochs), 'lws_rounds': 1}
 
     def build(self, fed, cfg):
         super().build(fed, cfg)

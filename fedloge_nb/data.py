@@ -19,12 +19,13 @@ from .partition import (SHOT_RULES, _check_alpha, _int_arg, check_imb_factor, di
                                   per_class_subsample, proportional_within_rounding, shard_partition, shot_groups)
 
 # %% auto #0
-__all__ = ['PARTITIONS', 'AUGMENTS', 'FedData', 'make_fed_data', 'augment_batch', 'batches', 'long_tail_counts',
-           'long_tail_indices', 'dirichlet_partition', 'iid_partition', 'shard_partition', 'local_test_counts',
-           'local_test_indices', 'shot_groups', 'partition_counts', 'per_class_subsample',
-           'proportional_within_rounding', 'check_imb_factor', 'SHOT_RULES', 'ArrayData', 'CACHE_VERSION', 'DATASETS',
-           'DataMissingError', 'DatasetInfo', 'FMNIST_FILES', 'IMG_EXTS', 'arrays_from_train_test', 'cache_path',
-           'data_root', 'fmnist_source_dir', 'load_dataset', 'load_folder', 'prepare_fmnist_raw']
+__all__ = ['PARTITIONS', 'AUGMENTS', 'FedData', 'balanced_holdout', 'stratified_holdout', 'make_fed_data', 'augment_batch',
+           'batches', 'long_tail_counts', 'long_tail_indices', 'dirichlet_partition', 'iid_partition',
+           'shard_partition', 'local_test_counts', 'local_test_indices', 'shot_groups', 'partition_counts',
+           'per_class_subsample', 'proportional_within_rounding', 'check_imb_factor', 'SHOT_RULES', 'ArrayData',
+           'CACHE_VERSION', 'DATASETS', 'DataMissingError', 'DatasetInfo', 'FMNIST_FILES', 'IMG_EXTS',
+           'arrays_from_train_test', 'cache_path', 'data_root', 'fmnist_source_dir', 'load_dataset', 'load_folder',
+           'prepare_fmnist_raw']
 
 # %% ../nbs/02b_data.ipynb #77ed8b39
 _all_ = ['long_tail_counts', 'long_tail_indices', 'dirichlet_partition', 'iid_partition', 'shard_partition',
@@ -61,6 +62,12 @@ class FedData:
     augment: str | None
     config: dict
     classes: list = field(default_factory=list)
+    x_val: torch.Tensor | None = None   # class-balanced global validation set (GM), drawn from the training images
+    y_val: torch.Tensor | None = None
+    val_idx: list | None = None         # per client: LongTensor of local validation indices into x_train (PM)
+
+    @property
+    def has_val(self) -> bool: return self.y_val is not None and len(self.y_val) > 0
 
     @property
     def clients(self) -> int: return len(self.train_idx)
@@ -74,6 +81,9 @@ class FedData:
     def client_test(self, k) -> tuple[torch.Tensor, torch.Tensor]:
         "Local test images and labels of client k."
         i = self.test_idx[k]; return self.x_test[i], self.y_test[i]
+    def client_val(self, k) -> tuple[torch.Tensor, torch.Tensor]:
+        "Local validation images and labels of client k (held out from its training data)."
+        i = self.val_idx[k]; return self.x_train[i], self.y_train[i]
     def __repr__(self):
         return (f"FedData({self.name}: {len(self.y_train)} train over {self.clients} clients, {len(self.y_test)} test, "
                 f"{self.num_classes} classes, {self.in_channels}x{self.img_size}x{self.img_size})")
@@ -153,10 +163,36 @@ def _plot_long_tail(self: FedData, ax=None):
 
 FedData.summary, FedData.plot_partition, FedData.plot_long_tail = _summary, _plot_partition, _plot_long_tail
 
+# %% ../nbs/02b_data.ipynb #a46d89b2
+def balanced_holdout(y: torch.Tensor, per_class: int, seed: int, num_classes: int | None = None) -> torch.LongTensor:
+    "`per_class` indices of every class of `y` (seeded, without replacement); a ValueError when a class has too few."
+    C = int(y.max()) + 1 if num_classes is None else num_classes
+    g = torch.Generator().manual_seed(seed); out = []
+    for c in range(C):
+        idx = torch.nonzero(y == c).flatten()
+        if len(idx) <= per_class:
+            raise ValueError(f"class {c} has {len(idx)} training images, too few to hold out {per_class} for validation: "
+                             f"use a smaller val_frac")
+        out.append(idx[torch.randperm(len(idx), generator=g)[:per_class]])
+    return torch.cat(out).sort().values
+
+def stratified_holdout(parts: list, y: torch.Tensor, frac: float, seed: int) -> tuple[list, list]:
+    "Split each client's indices into (train, val): per class round(frac * n_kc) to val, at most n_kc - 1."
+    g = torch.Generator().manual_seed(seed); tr, va = [], []
+    for idx in parts:
+        keep, held = [], []
+        for c in torch.unique(y[idx]).tolist():
+            ic = idx[y[idx] == c]
+            ic = ic[torch.randperm(len(ic), generator=g)]
+            nv = min(len(ic) - 1, int(round(frac * len(ic))))
+            held.append(ic[:nv]); keep.append(ic[nv:])
+        tr.append(torch.cat(keep).sort().values if keep else idx[:0]); va.append(torch.cat(held).sort().values if held else idx[:0])
+    return tr, va
+
 # %% ../nbs/02b_data.ipynb #0494e28b
 def make_fed_data(dataset='fmnist', imb_factor=100, alpha=0.5, clients=20, partition='dirichlet', classes_per_client=2,
                   min_size=None, seed=0, root=None, shot_rule='fedloge', max_per_class=None, test_max_per_class=None,
-                  local_test_cap='scale', dataset_kwargs=None) -> FedData:
+                  local_test_cap='scale', dataset_kwargs=None, val_frac=0.0) -> FedData:
     "Build the Fed-LT split: long-tailed train subset, non-IID partition over `clients`, local test sets, shot groups."
     key = _dataset_key(dataset)
     f = check_imb_factor(imb_factor)
@@ -165,6 +201,7 @@ def make_fed_data(dataset='fmnist', imb_factor=100, alpha=0.5, clients=20, parti
     if shot_rule not in SHOT_RULES: raise ValueError(f"unknown shot_rule {shot_rule!r}; use one of {SHOT_RULES}")
     if local_test_cap not in ('scale', 'clip'): raise ValueError(f"local_test_cap must be 'scale' or 'clip', got {local_test_cap!r}")
     seed, K = _int_arg(seed, 'seed'), _int_arg(clients, 'clients (K)', 1)
+    if not (0 <= float(val_frac) < 0.5): raise ValueError(f"val_frac={val_frac} is outside [0, 0.5): use e.g. --val_frac 0.1 (0 = no validation split)")
     for v, nm in ((max_per_class, 'max_per_class'), (test_max_per_class, 'test_max_per_class')):
         if v is not None: _int_arg(v, nm, 1)
     train, test = load_dataset(key, root, **(dataset_kwargs or {}))
@@ -174,6 +211,12 @@ def make_fed_data(dataset='fmnist', imb_factor=100, alpha=0.5, clients=20, parti
         i = per_class_subsample(ytr, max_per_class, _stage_seed(seed, 'train_subsample')); xtr, ytr = xtr[i], ytr[i]
     if test_max_per_class is not None:
         i = per_class_subsample(yte, test_max_per_class, _stage_seed(seed, 'test_subsample')); xte, yte = xte[i], yte[i]
+    xva = yva = None
+    if val_frac > 0:                                                   # balanced global validation set, before the long tail
+        per = max(1, int(round(val_frac * int(torch.bincount(yte, minlength=C).min()))))
+        hv = balanced_holdout(ytr, per, _stage_seed(seed, 'global_val'), C)
+        rest = torch.ones(len(ytr), dtype=torch.bool); rest[hv] = False
+        xva, yva, xtr, ytr = xtr[hv], ytr[hv], xtr[rest], ytr[rest]
     lt = long_tail_indices(ytr, f, seed=_stage_seed(seed, 'long_tail'), num_classes=C)
     xtr, ytr = xtr[lt], ytr[lt]
     class_counts = torch.bincount(ytr, minlength=C)
@@ -186,16 +229,20 @@ def make_fed_data(dataset='fmnist', imb_factor=100, alpha=0.5, clients=20, parti
         parts = dirichlet_partition(ytr, K, alpha, seed=ps, min_size=min_size, num_classes=C)
     elif partition == 'iid': parts = iid_partition(ytr, K, seed=ps)
     else: parts = shard_partition(ytr, K, classes_per_client, seed=ps, num_classes=C)
+    vidx = None
+    if val_frac > 0:                                                   # stratified local validation sets
+        parts, vidx = stratified_holdout(parts, ytr, float(val_frac), _stage_seed(seed, 'local_val'))
+        class_counts = partition_counts(parts, ytr, C).sum(0)
     cc = partition_counts(parts, ytr, C)
     tidx = local_test_indices(cc, yte, seed=_stage_seed(seed, 'local_test'), cap=local_test_cap)
     config = dict(dataset=key, imb_factor=imb_factor, alpha=alpha, clients=K, partition=partition,
                   classes_per_client=classes_per_client, min_size=min_size, seed=seed, root=None if root is None else str(root),
                   shot_rule=shot_rule, max_per_class=max_per_class, test_max_per_class=test_max_per_class,
-                  local_test_cap=local_test_cap, dataset_kwargs=dict(dataset_kwargs or {}))
+                  local_test_cap=local_test_cap, dataset_kwargs=dict(dataset_kwargs or {}), val_frac=float(val_frac))
     return FedData(name=key, x_train=xtr, y_train=ytr, x_test=xte, y_test=yte, train_idx=parts, test_idx=tidx,
                    client_counts=cc, class_counts=class_counts, shots=shot_groups(class_counts, shot_rule),
                    shot_rule=shot_rule, num_classes=C, in_channels=xtr.shape[1], img_size=xtr.shape[-1],
-                   augment=DATASETS[key].augment, config=config, classes=train.classes)
+                   augment=DATASETS[key].augment, config=config, classes=train.classes, x_val=xva, y_val=yva, val_idx=vidx)
 
 # %% ../nbs/02b_data.ipynb #15a4385b
 AUGMENTS = ('cifar', 'flip')

@@ -78,6 +78,11 @@ class _PartlyTrainable(nn.Module):
 class ECL(Algorithm):
     "ECL (Lv et al. 2024): FedAvg, then per client a balanced-softmax retrained classifier and M experts on count-sorted class groups."
     defaults = dict(M=2, lam=0.5, ft_epochs=5, expert_epochs=5, ft_lr=None, tail='undersample')
+
+    @classmethod
+    def post_hp(cls, epochs):
+        "Phase II in `epochs` local epochs: the classifier retraining gets ceil(epochs/2), the experts (one pass over the data together) floor(epochs/2)."
+        return {'ft_epochs': int(epochs) - int(epochs) // 2, 'expert_epochs': int(epochs) // 2}
     primary_global = 'global'
     primary_personal = 'ecl'
 

@@ -16,8 +16,8 @@ from tqdm.auto import tqdm
 # %% auto #0
 __all__ = ['METHODS', 'FedConfig', 'derive_seed', 'seed_everything', 'sample_clients', 'ClientData', 'client_datasets',
            'weighted_average', 'ClientResult', 'register', 'Algorithm', 'shared', 'local_sgd', 'FedAvg', 'get_method',
-           'make_algorithm', 'group_accuracy', 'eval_mode', 'evaluate', 'atomic_write', 'save_json', 'save_csv',
-           'save_checkpoint', 'load_checkpoint', 'RunResult', 'start_run', 'run_fl']
+           'matched_hp', 'make_algorithm', 'group_accuracy', 'eval_mode', 'evaluate', 'atomic_write', 'save_json',
+           'save_csv', 'save_checkpoint', 'load_checkpoint', 'RunResult', 'last_k_means', 'start_run', 'run_fl']
 
 # %% ../nbs/04_federated.ipynb #98d60cf2
 def _auto_device(device: str | None) -> str:
@@ -52,6 +52,9 @@ class FedConfig:
     eval_every: int = 10
     ckpt_every: int = 10
     hp: dict = field(default_factory=dict)   # method hyperparameters (e.g. beta, gamma, mu)
+    val_frac: float = 0.0              # held-out validation: this fraction of each client's data (PM) + a balanced global set (GM)
+    post_epochs: int | None = None     # matched post-training budget: local epochs of every method that adapts after training
+    last_k: int = 3                    # summary also reports the mean of the last k evaluations (`*_lastk`)
 
     def validate(self) -> 'FedConfig':
         "Raise a ValueError naming the bad field and the fix."
@@ -62,6 +65,9 @@ class FedConfig:
         if self.batch_size < 1: raise ValueError(f"batch_size={self.batch_size}: need at least 1")
         if not self.lr > 0: raise ValueError(f"lr={self.lr}: the learning rate must be > 0")
         if self.eval_every < 1 or self.ckpt_every < 1: raise ValueError("eval_every and ckpt_every must be >= 1")
+        if not (0 <= self.val_frac < 0.5): raise ValueError(f"val_frac={self.val_frac} is outside [0, 0.5): use e.g. --val_frac 0.1 (0 = no validation split)")
+        if self.post_epochs is not None and int(self.post_epochs) < 0: raise ValueError(f"post_epochs={self.post_epochs}: need >= 0 (or leave it unset for each method's own budget)")
+        if self.last_k < 1: raise ValueError(f"last_k={self.last_k}: need at least 1 evaluation to average")
         return self
 
     def data_args(self) -> dict:
@@ -69,11 +75,13 @@ class FedConfig:
         return dict(dataset=self.dataset, imb_factor=self.imb_factor, alpha=self.alpha, clients=self.clients,
                     partition=self.partition, classes_per_client=self.classes_per_client, min_size=self.min_size,
                     seed=self.seed if self.data_seed is None else self.data_seed, shot_rule=self.shot_rule,
-                    max_per_class=self.max_per_class, test_max_per_class=self.test_max_per_class)
+                    max_per_class=self.max_per_class, test_max_per_class=self.test_max_per_class, val_frac=self.val_frac)
 
     def key(self) -> dict:
         "The config minus run-location fields: two runs with equal keys must give equal numbers."
-        d = asdict(self); d.pop('device'); d.pop('eval_every'); d.pop('ckpt_every')
+        d = asdict(self); d.pop('device'); d.pop('eval_every'); d.pop('ckpt_every'); d.pop('last_k')
+        for k in ('val_frac', 'post_epochs'):              # fields added later: absent at their default, so older keys still match
+            if d[k] == getattr(FedConfig, k): d.pop(k)
         return json.loads(json.dumps(d))
 
 # %% ../nbs/04_federated.ipynb #1024369d
@@ -102,6 +110,8 @@ class ClientData:
     y_test: torch.Tensor
     counts: torch.Tensor          # (C,) training samples per class
     augment: str | None = None
+    x_val: torch.Tensor | None = None   # local validation data (held out from training), when the split has it
+    y_val: torch.Tensor | None = None
 
     def __len__(self): return len(self.y)
 
@@ -122,10 +132,13 @@ class ClientData:
 def client_datasets(fed, device='cpu') -> list[ClientData]:
     "One `ClientData` per client of a `FedData`, tensors on `device`."
     out = []
+    val = getattr(fed, 'val_idx', None)
     for k in range(len(fed.train_idx)):
         tr, te = fed.train_idx[k], fed.test_idx[k]
+        xv = yv = None
+        if val is not None: xv, yv = fed.x_train[val[k]].to(device), fed.y_train[val[k]].to(device)
         out.append(ClientData(k, fed.x_train[tr].to(device), fed.y_train[tr].to(device), fed.x_test[te].to(device),
-                              fed.y_test[te].to(device), fed.client_counts[k].clone(), fed.augment))
+                              fed.y_test[te].to(device), fed.client_counts[k].clone(), fed.augment, xv, yv))
     return out
 
 # %% ../nbs/04_federated.ipynb #acf5f6e6
@@ -229,6 +242,15 @@ class Algorithm:
         "After the last round (e.g. realignment, finetuning); returns the final client states."
         return client_states
 
+    def diagnostics(self, fed, clients: list, client_states: list) -> dict:
+        "Scalars (and lists, summary only) describing the model at an evaluation, e.g. classifier norms (default: none)."
+        return {}
+
+    @classmethod
+    def post_hp(cls, epochs: int) -> dict | None:
+        "Hyperparameters giving the post-training stage `epochs` local epochs; None: the method does not adapt after training."
+        return None
+
     def extra_state(self) -> dict: return {}
     def load_extra_state(self, state: dict): pass
 
@@ -270,9 +292,18 @@ def get_method(name: str):
     if name not in METHODS: raise ValueError(f"unknown method {name!r}; known methods: {', '.join(sorted(METHODS))}")
     return METHODS[name]
 
+def matched_hp(cls, cfg: FedConfig) -> dict:
+    "The hyperparameters that `cfg.post_epochs` sets for method `cls` ({} when unset or when the method does not adapt)."
+    if cfg.post_epochs is None: return {}
+    ov = cls.post_hp(int(cfg.post_epochs)) or {}
+    clash = sorted(k for k in ov if k in cfg.hp and cfg.hp[k] != ov[k])
+    if clash: raise ValueError(f"--post_epochs {cfg.post_epochs} sets {clash} of {cls.name}, but --hp sets them too: drop one of the two")
+    return ov
+
 def make_algorithm(cfg: FedConfig) -> Algorithm:
-    "Instantiate `cfg.method` with hyperparameters `cfg.hp`."
-    return get_method(cfg.method)(**cfg.hp)
+    "Instantiate `cfg.method` with hyperparameters `cfg.hp` (and the matched post-training budget, if `cfg.post_epochs`)."
+    cls = get_method(cfg.method)
+    return cls(**{**cfg.hp, **matched_hp(cls, cfg)})
 
 # %% ../nbs/04_federated.ipynb #beeaf7d5
 @torch.no_grad()
@@ -300,8 +331,14 @@ def eval_mode(algo):
     finally:
         for m, t in zip(nets, modes): m.train(t)
 
-def evaluate(algo: Algorithm, fed, clients: list, client_states: list, bs: int = 2048) -> dict:
-    "GM (+ many/med/few) and PM (unweighted and weighted) accuracy for every inference mode, in %."
+def evaluate(algo: Algorithm, fed, clients: list, client_states: list, bs: int = 2048, split: str = 'test') -> dict:
+    "GM (+ many/med/few) and PM (unweighted and weighted) accuracy for every inference mode, in %; `split='val'`: on validation data, keys `val_*`."
+    if split == 'val':
+        if not getattr(fed, 'has_val', False): return {}
+        vfed = dataclasses.replace(fed, x_test=fed.x_val, y_test=fed.y_val)
+        vcl = [dataclasses.replace(d, x_test=d.x_val, y_test=d.y_val) for d in clients]
+        return {f'val_{k}': v for k, v in evaluate(algo, vfed, vcl, client_states, bs).items() if k != 'client_acc'}
+    if split != 'test': raise ValueError(f"split must be 'test' or 'val', got {split!r}")
     res = {}
     with eval_mode(algo):
         if algo.has_global:
@@ -381,6 +418,29 @@ class RunResult:
     fed: object
     clients: list
 
+def last_k_means(history: list, final: dict, k: int) -> dict:
+    "`{metric}_lastk`: mean of the last k evaluations, for every metric the post-training stage left unchanged."
+    out = {}
+    if not history: return out
+    last, tail = history[-1], history[-k:]
+    for m, v in final.items():
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or m not in last: continue
+        if not m.startswith(('gm_', 'pm_', 'val_gm_', 'val_pm_')) or m in ('pm_clients', 'val_pm_clients'): continue
+        lv = last[m]
+        if lv is None or v is None or not (math.isclose(float(lv), float(v), abs_tol=1e-9) or (math.isnan(lv) and math.isnan(v))): continue
+        vals = [float(h[m]) for h in tail if h.get(m) is not None and not math.isnan(float(h[m]))]
+        if vals: out[f'{m}_lastk'] = float(np.mean(vals))
+    return out
+
+def _scalars(d: dict) -> dict: return {k: v for k, v in d.items() if not isinstance(v, (list, dict, tuple))}
+
+def _evaluate_all(algo, fed, clients, client_states) -> dict:
+    "Test and validation metrics plus the method's diagnostics."
+    m = evaluate(algo, fed, clients, client_states)
+    m.update(evaluate(algo, fed, clients, client_states, split='val'))
+    m.update(algo.diagnostics(fed, clients, client_states))
+    return m
+
 def _train_round(algo, cfg, clients, client_states, gstate, rnd):
     results, ids = [], sample_clients(cfg.clients, cfg.frac, cfg.seed, rnd)
     for k in ids:
@@ -446,8 +506,7 @@ def run_fl(cfg: FedConfig, fed=None, out=None, resume: bool = False, progress: b
         gstate, loss, n_clients = _train_round(algo, cfg, clients, client_states, gstate, rnd)
         train_time += time.perf_counter() - t0
         if rnd % cfg.eval_every == 0 or rnd == cfg.rounds:
-            m = evaluate(algo, fed, clients, client_states)
-            m.pop('client_acc', None)
+            m = _scalars(_evaluate_all(algo, fed, clients, client_states))
             history.append({'round': rnd, 'train_loss': loss, 'clients': n_clients, 'train_time_s': round(train_time, 3), **m})
             bar.set_postfix({k: f"{m[k]:.1f}" for k in ('gm_acc', 'pm_acc') if m.get(k) is not None})
             if out is not None: save_csv(out/'history.csv', history)
@@ -455,15 +514,26 @@ def run_fl(cfg: FedConfig, fed=None, out=None, resume: bool = False, progress: b
             save_checkpoint(out/'checkpoint.pt', {'round': rnd, 'global': gstate, 'clients': client_states, 'history': history,
                                                   'extra': algo.extra_state(), 'config': json.dumps(key, sort_keys=True),
                                                   'train_time': train_time})
+    own = None
+    if matched_hp(type(algo), cfg):                  # keep the pre-finish state: the method's own post-training budget runs on it too
+        own = copy.deepcopy(algo), copy.deepcopy(client_states)
     seed_everything(derive_seed(cfg.seed, 'finish'))
     t0 = time.perf_counter()
     client_states = algo.finish(fed, cfg, clients, client_states)
     finish_time = time.perf_counter() - t0
-    final = evaluate(algo, fed, clients, client_states)
+    final = _evaluate_all(algo, fed, clients, client_states)
     summary = {'method': cfg.method, 'dataset': cfg.dataset, 'seed': cfg.seed, 'rounds': cfg.rounds, **final,
+               **last_k_means(history, final, cfg.last_k), 'last_k': cfg.last_k,
                'train_time_s': round(train_time, 3), 'finish_time_s': round(finish_time, 3),
                'sec_per_round': round(train_time / cfg.rounds, 4),
                'shot_rule': fed.shot_rule, 'hp': algo.hp, 'config': key}
+    if own is not None:                              # the same trained model with the method's own post-training budget
+        oalgo, ostates = own
+        oalgo.hp.update({k: {**type(algo).defaults, **cfg.hp}[k] for k in matched_hp(type(algo), cfg)})
+        seed_everything(derive_seed(cfg.seed, 'finish'))
+        ostates = oalgo.finish(fed, cfg, clients, ostates)
+        summary.update({f'own_{k}': v for k, v in _scalars(_evaluate_all(oalgo, fed, clients, ostates)).items()})
+        summary['own_hp'] = oalgo.hp
     if out is not None:
         if history: save_csv(out/'history.csv', history)
         save_json(out/'summary.json', summary)

@@ -60,6 +60,11 @@ class FedETF(Algorithm):
     primary_global = 'global'
     primary_personal = 'personal'
 
+    @classmethod
+    def post_hp(cls, epochs):
+        "Algorithm 2 in `epochs` local epochs: (epochs // 2) iterations of 1 ETF + 1 projection epoch, plus 1 backbone epoch if odd."
+        return {'p_epochs': int(epochs) % 2, 'p_iters': int(epochs) // 2, 'etf_epochs': 1, 'proj_epochs': 1}
+
     def __init__(self, **hp):
         super().__init__(**hp)
         if self.hp['personal'] not in ('paper', 'reference'):

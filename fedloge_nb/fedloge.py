@@ -12,7 +12,8 @@ from .federated import Algorithm, ClientResult, register, shared, derive_seed
 from .models import make_backbone, make_head
 from .sse_c import sse_c, FixedClassifier
 from .etf import simplex_etf
-from .realign import ga_fr, la_fr, la_fr_dist, mask_logits, finetune_head
+from .realign import ga_fr, la_fr, la_fr_dist, mask_logits, finetune_head, personal_logits
+from .norms import norm_count_correlation
 
 # %% auto #0
 __all__ = ['FedLoGeNet', 'FedLoGe']
@@ -41,6 +42,10 @@ class FedLoGe(Algorithm):
         self.primary_global = 'ga_fr' if self.hp['ga_fr'] else 'psi'
         pm = 'la_fr' if self.hp['personal'] == 'paper' else 'la_fr_ref'
         self.primary_personal = pm if self.hp['la_fr'] else 'phi'
+        lrs = self.hp['ft_lr'] if isinstance(self.hp['ft_lr'], (list, tuple)) else [self.hp['ft_lr']]
+        if not lrs or any(l is not None and not float(l) > 0 for l in lrs):
+            raise ValueError(f"ft_lr must be a positive number, None (= the training lr) or a non-empty list of candidates, got {self.hp['ft_lr']!r}")
+        self.ft_choice = {}
 
     def fixed_classifier(self, d: int, C: int, seed: int) -> torch.Tensor:
         "The frozen d x C classifier: SSE-C (Eq. 5) or the dense simplex ETF (Eq. 2)."
@@ -52,6 +57,22 @@ class FedLoGe(Algorithm):
         W = self.fixed_classifier(theta.feature_dim, fed.num_classes, derive_seed(cfg.seed, 'sse_c') % (2**31))
         self.net = FedLoGeNet(theta, W, fed.num_classes).to(self.device)
         self.local = copy.deepcopy(self.net)
+        self.psi_norms0 = self.net.psi.weight.detach().norm(dim=1).cpu()
+
+    @classmethod
+    def post_hp(cls, epochs): return {'ft_epochs': int(epochs)}
+
+    def diagnostics(self, fed, clients, client_states):
+        "psi's row norms vs the global class counts (Spearman), their ratio to the initial norms, phi_k's norms vs local counts."
+        n = self.net.psi.weight.detach().norm(dim=1).cpu()
+        rho = [norm_count_correlation(cs['phi'].cpu(), d.counts)['spearman'] for d, cs in zip(clients, client_states) if len(d)]
+        rho = [r for r in rho if r == r]
+        return {'psi_norm_min': float(n.min()), 'psi_norm_max': float(n.max()), 'psi_norm_mean': float(n.mean()),
+                'psi_spearman': norm_count_correlation(self.net.psi.weight.detach().cpu(), fed.class_counts)['spearman'],
+                'psi_norm_growth': float((n / self.psi_norms0).mean()),
+                'phi_spearman': float(sum(rho) / len(rho)) if rho else float('nan'),
+                'psi_norms': [round(float(v), 5) for v in n], 'psi_norms0': [round(float(v), 5) for v in self.psi_norms0],
+                **self.ft_choice}
 
     def is_shared(self, key): return not key.startswith('sse_c.')
 
@@ -94,14 +115,37 @@ class FedLoGe(Algorithm):
 
     # --- stages 2-3 ---
     def finish(self, fed, cfg, clients, client_states):
-        "Stage 3: phi'_k = LA-FR(psi, phi_k), then `ft_epochs` of local finetuning with theta frozen."
+        "Stage 3: phi'_k = LA-FR(psi, phi_k), then `ft_epochs` of local finetuning with theta frozen (lr chosen on validation if a list)."
         if self.hp['ft_epochs'] <= 0: return client_states
-        self.net.eval(); psi = self.net.psi.weight.detach(); out = []
-        for d, cs in zip(clients, client_states):
-            with torch.no_grad(): h = torch.cat([self.net.theta(d.x[i:i + 1024]) for i in range(0, len(d), 1024)]) if len(d) else None
-            W = la_fr(psi, cs['phi'])
-            if h is not None:
-                W = finetune_head(W, h, d.y, epochs=self.hp['ft_epochs'], lr=self.hp['ft_lr'] or cfg.lr, momentum=cfg.momentum,
-                                  batch_size=cfg.batch_size, seed=derive_seed(cfg.seed, 'ft', d.k), counts=d.counts)
-            out.append({**cs, 'phi_prime': W})
-        return out
+        lrs = self.hp['ft_lr'] if isinstance(self.hp['ft_lr'], (list, tuple)) else [self.hp['ft_lr']]
+        lrs = [cfg.lr if l is None else float(l) for l in lrs]
+        has_val = [d.y_val is not None and len(d.y_val) > 0 for d in clients]
+        if len(lrs) > 1 and not any(has_val):
+            raise ValueError(f"ft_lr={self.hp['ft_lr']} lists candidates to choose on validation data, but the run has none: set --val_frac (e.g. 0.1)")
+        self.net.eval(); psi = self.net.psi.weight.detach()
+        feats = lambda x: torch.cat([self.net.theta(x[i:i + 1024]) for i in range(0, len(x), 1024)])
+        with torch.no_grad():
+            H = [feats(d.x) if len(d) else None for d in clients]
+            Hv = [feats(d.x_val) if v else None for d, v in zip(clients, has_val)]
+        form = self.hp['personal']
+        best = None
+        for lr in lrs:
+            Ws = []
+            for d, cs, h in zip(clients, client_states, H):
+                W = la_fr(psi, cs['phi'])
+                if h is not None:
+                    W = finetune_head(W, h, d.y, epochs=self.hp['ft_epochs'], lr=lr, momentum=cfg.momentum,
+                                      batch_size=cfg.batch_size, seed=derive_seed(cfg.seed, 'ft', d.k), counts=d.counts)
+                Ws.append(W)
+            if len(lrs) == 1: best = (lr, None, Ws); break
+            accs = [(personal_logits(hv, W, cs['phi'], d.counts, form).argmax(1) == d.y_val).float().mean().item()
+                    for d, cs, hv, W in zip(clients, client_states, Hv, Ws) if hv is not None]
+            score = 100 * sum(accs) / len(accs)                       # mean local validation accuracy (PM on validation)
+            self.ft_choice.setdefault('ft_val', {})[f'{lr:g}'] = round(score, 4)
+            if best is None or score > best[1]: best = (lr, score, Ws)
+        if len(lrs) > 1: self.ft_choice['ft_lr_selected'] = best[0]
+        return [{**cs, 'phi_prime': W} for cs, W in zip(client_states, best[2])]
+
+    def extra_state(self): return {'psi_norms0': self.psi_norms0}
+    def load_extra_state(self, state):
+        if 'psi_norms0' in state: self.psi_norms0 = state['psi_norms0']

@@ -9,14 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 import numpy as np
 from fastcore.script import call_parse, bool_arg, store_true
-from .federated import FedConfig, run_fl, get_method, save_json, save_csv, atomic_write, load_checkpoint
+from .federated import FedConfig, run_fl, get_method, save_json, save_csv, atomic_write, load_checkpoint, last_k_means
 from .cli import COMMANDS, hp_for, _check_names, _read_history, plot_curves
 
 # %% auto #0
-__all__ = ['FIELDS', 'GRID_ALIASES', 'TOP_KEYS', 'REPORT_DEFAULTS', 'SHORT', 'TIME_COLS', 'SweepSpec', 'parse_spec', 'load_spec',
-           'Cell', 'expand', 'cell_state', 'run_cell', 'rounds_to_reach', 'cell_row', 'aggregate', 'fmt_mean_std',
-           'summary_markdown', 'plot_bars', 'plot_sensitivity', 'read_rows', 'write_reports', 'claim_cell',
-           'release_cell', 'sweep']
+__all__ = ['FIELDS', 'GRID_ALIASES', 'TOP_KEYS', 'REPORT_DEFAULTS', 'SHORT', 'TIME_COLS', 'DIAG_COLS', 'SweepSpec', 'parse_spec',
+           'load_spec', 'Cell', 'expand', 'cell_state', 'run_cell', 'rounds_to_reach', 'cell_row', 'aggregate',
+           'fmt_mean_std', 'summary_markdown', 'plot_bars', 'plot_sensitivity', 'read_rows', 'stable', 'select_best',
+           'paired_diff', 'selected_markdown', 'write_reports', 'claim_cell', 'release_cell', 'sweep']
 
 # %% ../nbs/15_sweep.ipynb #5956da09
 FIELDS = [f.name for f in dataclasses.fields(FedConfig)]
@@ -24,7 +24,7 @@ GRID_ALIASES = {'methods': 'method', 'seeds': 'seed', 'datasets': 'dataset'}
 TOP_KEYS = ('name', 'description', 'out', 'base', 'grid', 'hp', 'report', 'meta')
 REPORT_DEFAULTS = dict(metrics=['gm_acc', 'gm_many', 'gm_med', 'gm_few', 'pm_acc', 'sec_per_round'],
                        curves=['gm_acc', 'pm_acc'], bars=['gm_acc', 'pm_acc'], sensitivity=[],
-                       converge_metric='gm_acc', converge_at=[])
+                       converge_metric='gm_acc', converge_at=[], last_k=3, select=[], reference=None)
 
 def _unknown(where: str, keys, known):
     bad = [k for k in keys if k not in known]
@@ -209,8 +209,11 @@ def rounds_to_reach(history: list, threshold: float, metric: str = 'gm_acc'):
 
 TIME_COLS = ('sec_per_round', 'train_time_s', 'finish_time_s')
 
+DIAG_COLS = ('phi_spearman', 'ft_lr_selected')
+
 def _is_metric(k: str) -> bool:
-    return (k.startswith(('gm_', 'pm_', 'rounds_to_')) or k in TIME_COLS) and k != 'pm_clients'
+    return ((k.startswith(('gm_', 'pm_', 'rounds_to_', 'val_', 'own_', 'psi_')) or k in TIME_COLS or k in DIAG_COLS)
+            and not k.endswith('pm_clients'))
 
 def _thr(t) -> str: return _v(float(t)).replace('.', 'p')
 
@@ -226,6 +229,8 @@ def cell_row(cell: Cell, out, report: dict = REPORT_DEFAULTS) -> dict:
         s = _read_json(d/'summary.json')
         row['status'] = 'ok'
         row.update({k: v for k, v in s.items() if _is_metric(k) and not isinstance(v, (list, dict))})
+        if not any(k.endswith('_lastk') for k in s):             # runs made before last-k means existed: from history.csv
+            row.update(last_k_means(_read_history(d/'history.csv'), s, int(report.get('last_k', 3))))
         if report.get('converge_at'):
             h = _read_history(d/'history.csv'); mt = report.get('converge_metric', 'gm_acc')
             for t in report['converge_at']: row[f'rounds_to_{mt}_{_thr(t)}'] = rounds_to_reach(h, float(t), mt)
@@ -326,6 +331,58 @@ def read_rows(path) -> list:
         return [{k: (None if v == '' else (_num(v) if _num(v) is not None and k not in ('cell', 'group', 'setting', 'method', 'variant', 'hp', 'seeds', 'error', 'dataset', 'model', 'status') else v))
                  for k, v in r.items()} for r in csv.DictReader(f)]
 
+# %% ../nbs/15_sweep.ipynb #767c75fe
+def stable(r: dict, m: str, std: bool = False):
+    "Metric `m` of a row: its last-k mean if the row has one, else its final value (`std`: the matching `_std`)."
+    k = f'{m}_lastk' if _num(r.get(f'{m}_lastk')) is not None else m
+    return _num(r.get(f'{k}_std' if std else k))
+
+def select_best(summary: list, by: str, within=('setting', 'method')) -> list:
+    "Per `within` group, the summary row with the highest stable mean of validation metric `by` (test metrics are never read)."
+    if not by.startswith('val_'): raise ValueError(f"select_best chooses on validation metrics (val_*), got {by!r}: test metrics must not choose")
+    best = {}
+    for r in summary:
+        v = stable({k: r.get(k) for k in (by, f'{by}_lastk')}, by)     # only the validation columns are looked at
+        if v is None: continue
+        key = tuple(r.get(w) for w in within)
+        if key not in best or v > best[key][0]: best[key] = (v, r)
+    return [r for _, r in best.values()]
+
+def paired_diff(rows: list, a: str, b: str, metric: str, setting: str | None = None) -> dict:
+    "Per-seed differences metric(a) - metric(b) of two labels (`method[ variant]`) over the seeds both finished: mean, std, 95% t-interval."
+    from scipy.stats import t as student_t
+    val = {}
+    for r in rows:
+        if r.get('status') != 'ok' or (setting is not None and r.get('setting') != setting): continue
+        val[(_label(r), int(_num(r['seed'])))] = stable(r, metric)
+    seeds = sorted(s for (l, s) in val if l == a and (b, s) in val and val[(a, s)] is not None and val[(b, s)] is not None)
+    d = np.array([val[(a, s)] - val[(b, s)] for s in seeds])
+    out = dict(a=a, b=b, metric=metric, seeds=seeds, n=len(d), mean=float(d.mean()) if len(d) else None, std=None, lo=None, hi=None)
+    if len(d) > 1:
+        sd = float(d.std(ddof=1)); h = float(student_t.ppf(0.975, len(d) - 1)) * sd / math.sqrt(len(d))
+        out.update(std=sd, lo=out['mean'] - h, hi=out['mean'] + h)
+    return out
+
+def selected_markdown(summary: list, rows: list, select=(('val_gm_acc', 'gm_acc'), ('val_pm_acc', 'pm_acc')), reference: str | None = 'fedloge') -> str:
+    "For each (validation metric, test metric): the variant chosen on validation per method, its test value, and the paired difference to `reference`."
+    lines = []
+    for by, m in select:
+        for s in dict.fromkeys(r['setting'] for r in summary):
+            chosen = select_best([r for r in summary if r['setting'] == s], by)
+            if not chosen: continue
+            ref = next((_label(r) for r in chosen if r['method'] == reference), None)
+            lines += [f"### {m} (variant chosen per method on {by}), {s}", '',
+                      f"| method | chosen variant | {by} | {m} | seeds | {reference} minus method, per seed (95% CI) |", '|---|---|---|---|---|---|']
+            for r in sorted(chosen, key=lambda r: -(stable(r, m) or -1e9)):
+                mark = '' if _num(r.get(f'{m}_lastk')) is not None else ' †'
+                pd = paired_diff(rows, ref, _label(r), m, s) if ref and _label(r) != ref else None
+                dtxt = '-' if pd is None or pd['mean'] is None else (f"{pd['mean']:+.2f} (n={pd['n']})" if pd['lo'] is None else f"{pd['mean']:+.2f} [{pd['lo']:+.2f}, {pd['hi']:+.2f}] (n={pd['n']})")
+                lines.append(f"| {r['method']} | {r.get('variant') or '-'} | {fmt_mean_std(stable(r, by), stable(r, by, True))} | "
+                             f"{fmt_mean_std(stable(r, m), stable(r, m, True))}{mark} | {int(_num(r.get('n_seeds')) or 0)} | {dtxt} |")
+            lines.append('')
+    lines.append("Numbers: mean ± std over seeds of the last-k mean; † = value after the post-training stage (one evaluation).")
+    return '\n'.join(lines)
+
 # %% ../nbs/15_sweep.ipynb #3779f1a1
 def _clean(rows): return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in rows]
 
@@ -338,6 +395,9 @@ def write_reports(spec: SweepSpec, cells: list, out, plots: bool = True) -> list
     save_csv(out/'summary.csv', _clean(summary))
     head = f"{spec.description}\n\n" if spec.description else ''
     atomic_write(out/'summary.md', head + summary_markdown(summary, spec.report['metrics'], title=spec.name) + '\n')
+    if spec.report.get('select'):
+        atomic_write(out/'selected.md', selected_markdown(summary, rows, [tuple(p.split(':')) for p in spec.report['select']],
+                                                         spec.report.get('reference')) + '\n')
     hist = []
     for c, r in zip(cells, rows):
         if r['status'] != 'ok': continue

@@ -443,6 +443,7 @@ def check_out(out, cfg: FedConfig, resume: bool = False, overwrite: bool = False
     out = check_folder(out)
     if resume and overwrite: raise ValueError("--resume and --overwrite contradict each other: give one of them")
     c, key = out/'config.json', cfg.key()
+    if resume and not c.exists(): raise FileNotFoundError(f"no run in {out} to resume (config.json missing): run without --resume")
     if overwrite or not c.exists(): return out
     try: old = json.loads(c.read_text()).get('config')
     except (OSError, ValueError, AttributeError): raise ValueError(f"{c} is unreadable: use another --out, or --overwrite true to replace the run") from None

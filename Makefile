@@ -37,7 +37,7 @@ test-nbs:
 
 # pytest exit code 5 (no tests collected) is a failure here, not a pass
 test-py:
-	$(BIN)/python -m pytest -q tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
+	$(BIN)/python -m pytest -q --durations=10 tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
 
 # long experiments hidden behind the `slow` flag
 slow: setup

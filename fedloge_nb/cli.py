@@ -9,9 +9,11 @@ from pathlib import Path
 import numpy as np
 from fastcore.script import call_parse, anno_parser, Param, bool_arg
 from .federated import FedConfig, run_fl, get_method, METHODS, _load_methods, save_json, save_csv, atomic_write
+from .federated import DivergenceError, check_device, check_run, check_folder, check_out, run_lock, clear_run, check_history
 
 # %% auto #0
-__all__ = ['TABLE_COLS', 'COMMANDS', 'parse_hp', 'hp_for', 'run', 'results_table', 'plot_curves', 'compare', 'main_job', 'main']
+__all__ = ['TABLE_COLS', 'COMMANDS', 'parse_hp', 'parse_list', 'hp_for', 'run', 'results_table', 'plot_curves', 'compare',
+           'main_job', 'main']
 
 # %% ../nbs/07_cli.ipynb #840ce9a4
 def parse_hp(s: str | None) -> dict:
@@ -24,6 +26,22 @@ def parse_hp(s: str | None) -> dict:
         try: out[k] = json.loads(v)
         except json.JSONDecodeError: out[k] = v
     return out
+
+def parse_list(s, flag: str, kind=str, example: str = 'a,b') -> list:
+    "Split the comma-separated value of `--flag`; an empty, duplicated or mistyped entry raises a ValueError naming the flag and the form."
+    form, what = f"--{flag} {example}", 'integers' if kind is int else 'names'
+    s = '' if s is None else str(s)
+    if not s.strip(): raise ValueError(f"--{flag} is empty: give comma-separated {what}, e.g. {form}")
+    parts = [p.strip() for p in s.split(',')]
+    if '' in parts: raise ValueError(f"--{flag} {s!r} has an empty entry: write comma-separated {what} without extra commas, e.g. {form}")
+    vals = []
+    for p in parts:
+        try: vals.append(kind(p))
+        except ValueError: raise ValueError(f"--{flag} {s!r}: {p!r} is not {'an integer' if kind is int else 'valid'}; "
+                                            f"write comma-separated {what}, e.g. {form}") from None
+    dup = next((v for i, v in enumerate(vals) if v in vals[:i]), None)
+    if dup is not None: raise ValueError(f"--{flag} {s!r} lists {dup!r} twice: give each entry once, e.g. {form}")
+    return vals
 
 def hp_for(method: str, hp: dict, strict: bool = True) -> dict:
     "The hyperparameters of `hp` that apply to `method`."
@@ -74,12 +92,18 @@ def run(method: str = 'fedavg',          # federated method (fedavg, fedloge, ..
         device: str = 'auto',            # cpu, cuda, cuda:1 or auto
         out: str = 'runs/run',           # output folder
         resume: bool_arg = False,        # continue from OUT/checkpoint.pt
+        overwrite: bool_arg = False,     # replace the run already in OUT (finished or not)
         progress: bool_arg = True,       # show a progress bar
        ) -> dict:
     "Train one federated method and write OUT/summary.json, history.csv, config.json."
     _check_names(method, dataset, model)
     cfg = _cfg(**{k: v for k, v in locals().items() if k != 'hp'}, hp=parse_hp(hp)).validate()
-    res = run_fl(cfg, out=out, resume=resume, progress=progress)
+    fed = check_run(cfg)                                  # device, data, hyperparameter values: before anything is written
+    check_out(out, cfg, resume=resume, overwrite=overwrite)
+    with run_lock(out):                                   # OUT/.lock: one process per folder
+        if overwrite: clear_run(out)
+        if resume and (note := check_history(out)): print(f"fedloge_nb run: {note}", file=sys.stderr)
+        res = run_fl(cfg, fed, out=out, resume=resume, progress=progress)
     keys = [k for k in ('gm_acc', 'gm_many', 'gm_med', 'gm_few', 'pm_acc', 'pm_acc_weighted') if res.summary.get(k) is not None]
     print(json.dumps({'method': method, 'out': str(out), **{k: round(res.summary[k], 2) for k in keys}}))
     return res.summary
@@ -126,6 +150,11 @@ def _read_history(path) -> list:
     with open(path) as f:
         return [{k: (float(v) if v not in ('', None) else None) for k, v in r.items()} for r in csv.DictReader(f)]
 
+def _finished(rdir, cfg) -> bool:
+    s = Path(rdir)/'summary.json'
+    try: return s.exists() and json.loads(s.read_text()).get('config') == cfg.key()
+    except ValueError: return False
+
 @call_parse
 def compare(methods: str = 'fedavg,fedloge',   # comma-separated methods
             seeds: str = '0',                 # comma-separated seeds (each seed draws its own partition)
@@ -137,9 +166,8 @@ def compare(methods: str = 'fedavg,fedloge',   # comma-separated methods
             device: str = 'auto', out: str = 'runs/compare', progress: bool_arg = True) -> str:
     "Run several methods on the same federated data; print and save a markdown table, CSV and curves."
     from fedloge_nb.data import make_fed_data
-    ms = [m.strip() for m in methods.split(',') if m.strip()]
-    sd = [int(s) for s in str(seeds).split(',') if s.strip()]
-    if not ms: raise ValueError("--methods is empty: give e.g. --methods fedavg,fedloge")
+    ms = parse_list(methods, 'methods', example='fedavg,fedloge')
+    sd = parse_list(seeds, 'seeds', int, example='0,1,2')
     for m in ms: _check_names(m)
     _check_names(None, dataset, model)
     hpd = parse_hp(hp)
@@ -147,28 +175,33 @@ def compare(methods: str = 'fedavg,fedloge',   # comma-separated methods
     if unknown: raise ValueError(f"no method in {ms} takes hyperparameters {unknown}")
     out = Path(out); rows, hists = [], {}
     base = {k: v for k, v in locals().items() if k not in ('methods', 'seeds', 'hp', 'out', 'ms', 'sd', 'hpd', 'unknown', 'progress', 'make_fed_data')}
-    for seed in sd:
-        fed = None
-        for m in ms:
-            cfg = _cfg(**base, method=m, seed=seed, hp=hp_for(m, hpd, strict=False)).validate()
-            rdir = out/f'{m}_seed{seed}'
-            done = rdir/'summary.json'
-            if done.exists() and json.loads(done.read_text()).get('config') == cfg.key():
-                summary = json.loads(done.read_text())
-            else:
-                if fed is None: fed = make_fed_data(**cfg.data_args())
-                if (rdir/'config.json').exists(): import shutil; shutil.rmtree(rdir)
-                summary = run_fl(cfg, fed, out=rdir, progress=progress).summary
-            rows.append({k: v for k, v in summary.items() if not isinstance(v, (list, dict))})
-            hists.setdefault(m, []).append(_read_history(rdir/'history.csv'))
-    table = results_table(rows)
-    split = f"alpha={alpha:g}" if partition == 'dirichlet' else (f"{classes_per_client} classes per client" if partition == 'shard' else partition)
-    setting = (f"{dataset}-LT IF={imb_factor:g}, {split}, {clients} clients, frac={frac:g}, {rounds} rounds x "
-               f"{local_epochs} local epoch(s), batch {batch_size}, lr {lr:g}, model {model}, seeds {sd}; GM many/med/few: "
-               f"{rows[0].get('shot_rule', 'fedloge')} rule")
-    save_csv(out/'results.csv', rows)
-    atomic_write(out/'table.md', f"{setting}\n\n{table}\n")
-    plot_curves(hists, out/'curves.png')
+    check_folder(out); fed0 = None
+    for m in ms:                       # device, data and every method's hyperparameter values, checked before any write
+        c0 = _cfg(**base, method=m, seed=sd[0], hp=hp_for(m, hpd, strict=False)).validate()
+        if not _finished(out/f'{m}_seed{sd[0]}', c0): fed0 = check_run(c0, fed0)
+    with run_lock(out):                # OUT/.lock: one process per folder
+        for seed in sd:
+            fed = fed0 if seed == sd[0] else None
+            for m in ms:
+                cfg = _cfg(**base, method=m, seed=seed, hp=hp_for(m, hpd, strict=False)).validate()
+                rdir = out/f'{m}_seed{seed}'
+                done = rdir/'summary.json'
+                if done.exists() and json.loads(done.read_text()).get('config') == cfg.key():
+                    summary = json.loads(done.read_text())
+                else:
+                    if fed is None: fed = make_fed_data(**cfg.data_args())
+                    if (rdir/'config.json').exists(): import shutil; shutil.rmtree(rdir)
+                    summary = run_fl(cfg, fed, out=rdir, progress=progress).summary
+                rows.append({k: v for k, v in summary.items() if not isinstance(v, (list, dict))})
+                hists.setdefault(m, []).append(_read_history(rdir/'history.csv'))
+        table = results_table(rows)
+        split = f"alpha={alpha:g}" if partition == 'dirichlet' else (f"{classes_per_client} classes per client" if partition == 'shard' else partition)
+        setting = (f"{dataset}-LT IF={imb_factor:g}, {split}, {clients} clients, frac={frac:g}, {rounds} rounds x "
+                   f"{local_epochs} local epoch(s), batch {batch_size}, lr {lr:g}, model {model}, seeds {sd}; GM many/med/few: "
+                   f"{rows[0].get('shot_rule', 'fedloge')} rule")
+        save_csv(out/'results.csv', rows)
+        atomic_write(out/'table.md', f"{setting}\n\n{table}\n")
+        plot_curves(hists, out/'curves.png')
     print(setting); print(table)
     return table
 
@@ -199,5 +232,5 @@ def main(argv=None):
     args = anno_parser(getattr(fn, '__wrapped__', fn), prog=f'fedloge_nb {argv[0]}').parse_args(argv[1:]).__dict__
     args.pop('pdb', None); args.pop('xtra', None)
     try: fn(**args)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, FileNotFoundError, DivergenceError) as e:
         print(f"fedloge_nb {argv[0]}: error: {e}", file=sys.stderr); sys.exit(2)

@@ -14,10 +14,12 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 # %% auto #0
-__all__ = ['METHODS', 'FedConfig', 'derive_seed', 'seed_everything', 'sample_clients', 'ClientData', 'client_datasets',
-           'weighted_average', 'ClientResult', 'register', 'Algorithm', 'shared', 'local_sgd', 'FedAvg', 'get_method',
-           'matched_hp', 'make_algorithm', 'group_accuracy', 'eval_mode', 'evaluate', 'atomic_write', 'save_json',
-           'save_csv', 'save_checkpoint', 'load_checkpoint', 'RunResult', 'last_k_means', 'start_run', 'run_fl']
+__all__ = ['METHODS', 'RUN_FILES', 'FedConfig', 'derive_seed', 'seed_everything', 'sample_clients', 'ClientData',
+           'client_datasets', 'weighted_average', 'ClientResult', 'register', 'Algorithm', 'shared', 'local_sgd',
+           'FedAvg', 'get_method', 'matched_hp', 'make_algorithm', 'group_accuracy', 'eval_mode', 'evaluate',
+           'atomic_write', 'save_json', 'save_csv', 'save_checkpoint', 'load_checkpoint', 'DivergenceError',
+           'check_finite', 'check_device', 'lock_holder', 'check_folder', 'check_out', 'clear_run', 'run_lock',
+           'check_history', 'RunResult', 'last_k_means', 'start_run', 'run_fl', 'check_run']
 
 # %% ../nbs/04_federated.ipynb #98d60cf2
 def _auto_device(device: str | None) -> str:
@@ -407,6 +409,136 @@ def load_checkpoint(path) -> dict:
         raise ValueError(f"checkpoint {path} is corrupted or not a fedloge_nb checkpoint ({type(e).__name__}: {e}); "
                          f"delete it and run without --resume") from None
 
+# %% ../nbs/04_federated.ipynb #g0a7d1e2
+class DivergenceError(RuntimeError):
+    "Training produced a non-finite loss or state: the run stops and its last good checkpoint stays on disk."
+
+def _nonfinite(state, name: str = '') -> str | None:
+    if isinstance(state, torch.Tensor):
+        return (name or 'tensor') if state.is_floating_point() and not bool(torch.isfinite(state).all()) else None
+    items = state.items() if isinstance(state, dict) else enumerate(state) if isinstance(state, (list, tuple)) else ()
+    for k, v in items:
+        bad = _nonfinite(v, f'{name}.{k}' if name else str(k))
+        if bad is not None: return bad
+    return None
+
+def check_finite(rnd: int, cfg: FedConfig, state, client: int | None = None, loss: float = float('nan')):
+    "Raise `DivergenceError` (round, client, fix) when `loss` is infinite or `state` holds a NaN or inf."
+    try: loss = float(loss)
+    except (TypeError, ValueError): loss = float('nan')
+    bad = 'loss' if math.isinf(loss) else _nonfinite(state)
+    if bad is None: return
+    who = f"client {client}: loss {loss:.3g}" if client is not None else "server aggregate"
+    raise DivergenceError(f"training diverged in round {rnd} ({who}, non-finite {bad}): "
+                          f"lower --lr (now {cfg.lr:g}) or check the data")
+
+def check_device(device: str | None) -> str:
+    "The device `device` names ('auto': cuda when there is one), or a ValueError listing the devices this machine has."
+    d = _auto_device(device)
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    mps = getattr(torch.backends, 'mps', None) is not None and torch.backends.mps.is_available()
+    have = ', '.join(['cpu'] + [f'cuda:{i}' for i in range(n)] + (['mps'] if mps else []))
+    try: dev = torch.device(d)
+    except (RuntimeError, ValueError): raise ValueError(f"unknown device {d!r}; this machine has {have}: use e.g. --device cpu") from None
+    if dev.type == 'cuda' and n == 0:
+        raise ValueError(f"device {d!r}: no CUDA GPU here (torch.cuda.is_available() is False); this machine has {have}: use --device cpu")
+    if dev.type == 'cuda' and dev.index is not None and dev.index >= n:
+        raise ValueError(f"device {d!r}: this machine has {n} GPU(s) ({have}): use --device cuda:{n - 1} or --device cpu")
+    if dev.type == 'mps' and not mps:
+        raise ValueError(f"device {d!r}: MPS is not available here; this machine has {have}: use --device cpu")
+    if dev.type not in ('cpu', 'cuda', 'mps'): raise ValueError(f"device {d!r} is not supported; this machine has {have}: use --device cpu")
+    return d
+
+# %% ../nbs/04_federated.ipynb #g0a7d1e4
+RUN_FILES = ('config.json', 'history.csv', 'checkpoint.pt', 'summary.json')
+
+def _alive(pid: int) -> bool:
+    try: os.kill(pid, 0); return True
+    except ProcessLookupError: return False
+    except PermissionError: return True
+
+def lock_holder(path) -> int | None:
+    "Pid of the live process, other than this one, holding lock file `path` (None: free, stale or ours)."
+    try: pid = int(Path(path).read_text().strip() or 0)
+    except (OSError, ValueError): return None
+    return pid if pid and pid != os.getpid() and _alive(pid) else None
+
+def check_folder(out) -> Path:
+    "Check, writing nothing, that `out` is (or can become) a writable folder that no live process has locked."
+    out = Path(out)
+    if out.exists() and not out.is_dir(): raise ValueError(f"--out {out} is a file, not a folder: choose another --out")
+    p = out.absolute()
+    while not p.exists(): p = p.parent
+    if not p.is_dir(): raise ValueError(f"--out {out} cannot be created: {p} is a file; choose another --out")
+    if not os.access(p, os.W_OK | os.X_OK): raise ValueError(f"--out {out} is not writable ({p}: permission denied): choose another --out")
+    holder = lock_holder(out/'.lock')
+    if holder: raise ValueError(f"--out {out} is in use by another run (pid {holder}, lock {out/'.lock'}): wait for it or choose another --out")
+    return out
+
+def check_out(out, cfg: FedConfig, resume: bool = False, overwrite: bool = False) -> Path:
+    "Check, writing nothing, that folder `out` can take this run; a ValueError says why not and what to do."
+    out = check_folder(out)
+    if resume and overwrite: raise ValueError("--resume and --overwrite contradict each other: give one of them")
+    c, key = out/'config.json', cfg.key()
+    if resume and not c.exists(): raise FileNotFoundError(f"no run in {out} to resume (config.json missing): run without --resume")
+    if overwrite or not c.exists(): return out
+    try: old = json.loads(c.read_text()).get('config')
+    except (OSError, ValueError, AttributeError): raise ValueError(f"{c} is unreadable: use another --out, or --overwrite true to replace the run") from None
+    if old != key:
+        diff = sorted(k for k in set(old or {}) | set(key) if (old or {}).get(k) != key.get(k))
+        raise ValueError(f"{out} holds a run with a different config (differs in {diff}); use another --out, delete the folder or --overwrite true")
+    if resume: return out
+    if (out/'summary.json').exists():
+        raise ValueError(f"--out {out} holds a finished run of this config: use --resume true to reuse it, another --out, or --overwrite true to replace it")
+    if (out/'checkpoint.pt').exists():
+        raise ValueError(f"--out {out} holds an unfinished run of this config (checkpoint.pt): use --resume true to continue it, "
+                         f"another --out, or --overwrite true to start again")
+    return out
+
+def clear_run(out):
+    "Delete the files a run writes into `out` (`RUN_FILES`), for an explicit overwrite; other files stay."
+    for f in RUN_FILES: (Path(out)/f).unlink(missing_ok=True)
+
+@contextlib.contextmanager
+def run_lock(out):
+    "Hold `OUT/.lock` (our pid) while a run writes into `out`: a live holder is refused by pid, a stale lock taken over."
+    out = Path(out); p = out/'.lock'; tmp = out/f'.lock.{os.getpid()}.tmp'
+    try: out.mkdir(parents=True, exist_ok=True); tmp.write_text(str(os.getpid()))
+    except OSError as e: raise ValueError(f"cannot write to --out {out} ({e.strerror or e}): choose another --out") from None
+    try:
+        for _ in range(3):
+            try: os.link(tmp, p); break                     # atomic, and the lock file is complete when it appears
+            except FileExistsError:
+                holder = lock_holder(p)
+                if holder: raise ValueError(f"--out {out} is in use by another run (pid {holder}, lock {p}): wait for it or choose another --out") from None
+                p.unlink(missing_ok=True)                   # stale: its process is gone
+        else: raise ValueError(f"could not take the lock {p}: try again")
+    finally: tmp.unlink(missing_ok=True)
+    try: yield p
+    finally:
+        try:
+            if p.read_text().strip() == str(os.getpid()): p.unlink()
+        except FileNotFoundError: pass
+
+def check_history(out) -> str | None:
+    "Before a resume: rebuild `OUT/history.csv` from the checkpoint when it is missing, unreadable or disagrees; says what it did."
+    out = Path(out); ck = load_checkpoint(out/'checkpoint.pt'); hist, p = ck.get('history', []), out/'history.csv'
+    want, problem = [int(h['round']) for h in hist], None
+    if not p.exists(): problem = 'missing' if hist else None
+    else:
+        try:
+            with open(p, newline='') as f:
+                rd = csv.DictReader(f)
+                if 'round' not in (rd.fieldnames or []): raise ValueError('no round column')
+                got = [int(float(r['round'])) for r in rd]
+        except (csv.Error, ValueError, TypeError, UnicodeDecodeError) as e: problem = f'unreadable ({e})'
+        else:
+            if [r for r in got if r <= ck['round']] != want: problem = 'not the history of checkpoint.pt'
+    if problem is None: return None
+    if hist: save_csv(p, hist)
+    else: p.unlink(missing_ok=True)
+    return f"{p} was {problem}: rebuilt it from checkpoint.pt ({len(hist)} evaluation(s) up to round {ck['round']})"
+
 # %% ../nbs/04_federated.ipynb #f43d4329
 @dataclass
 class RunResult:
@@ -448,10 +580,12 @@ def _train_round(algo, cfg, clients, client_states, gstate, rnd):
         s = derive_seed(cfg.seed, 'client', rnd, k)
         torch.manual_seed(s)
         r = algo.client_update(gstate, client_states[k], clients[k], cfg, s)
+        check_finite(rnd, cfg, {'shared': r.state, 'private': r.client_state}, client=k, loss=r.loss)
         client_states[k] = r.client_state
         results.append(r)
     if results:
         gstate = algo.aggregate(gstate, results)
+        check_finite(rnd, cfg, gstate)
         algo.load_global(gstate)
     losses = [r.loss for r in results if not math.isnan(r.loss)]
     return gstate, (float(np.mean(losses)) if losses else float('nan')), len(results)
@@ -471,6 +605,7 @@ def start_run(algo: Algorithm, fed, cfg: FedConfig) -> tuple[list, list, dict]:
 def run_fl(cfg: FedConfig, fed=None, out=None, resume: bool = False, progress: bool = True, algo: Algorithm | None = None) -> RunResult:
     "Train `cfg.method` on a federated dataset for `cfg.rounds` rounds and evaluate GM and PM."
     cfg = cfg.validate()
+    check_device(cfg.device)
     algo = make_algorithm(cfg) if algo is None else algo
     if fed is None:
         from fedloge_nb.data import make_fed_data
@@ -538,3 +673,13 @@ def run_fl(cfg: FedConfig, fed=None, out=None, resume: bool = False, progress: b
         if history: save_csv(out/'history.csv', history)
         save_json(out/'summary.json', summary)
     return RunResult(summary, history, algo, client_states, fed, clients)
+
+# %% ../nbs/04_federated.ipynb #g0a7d1e7
+def check_run(cfg: FedConfig, fed=None):
+    "Check config, device, data and the method's hyperparameter values (one build) before anything is written; returns the data."
+    cfg.validate(); check_device(cfg.device)
+    if fed is None:
+        from fedloge_nb.data import make_fed_data
+        fed = make_fed_data(**cfg.data_args())
+    start_run(make_algorithm(cfg), fed, cfg)
+    return fed

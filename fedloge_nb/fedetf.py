@@ -68,7 +68,7 @@ class FedETF(Algorithm):
     def __init__(self, **hp):
         super().__init__(**hp)
         if self.hp['personal'] not in ('paper', 'reference'):
-            raise ValueError(f"personal must be 'paper' (Algorithm 2 of seed 004) or 'reference' (official code), got {self.hp['personal']!r}")
+            raise ValueError(f"personal must be 'paper' (Algorithm 2 in the appendix of FedETF (Li et al., ICCV 2023)) or 'reference' (official code), got {self.hp['personal']!r}")
         for k in ('p_iters', 'etf_epochs', 'proj_epochs'):
             if int(self.hp[k]) < 0: raise ValueError(f"{k}={self.hp[k]} must be >= 0")
 
@@ -99,7 +99,7 @@ class FedETF(Algorithm):
 
     # --- Algorithm 2 ---
     def personalize(self, data, cfg) -> dict:
-        "Algorithm 2 of seed 004 for one client: its personalised model as `p.*` tensors."
+        "Algorithm 2 in the appendix of FedETF (Li et al., ICCV 2023) for one client: its personalised model as `p.*` tensors."
         hp, ref = self.hp, self.hp['personal'] == 'reference'
         net = copy.deepcopy(self.net)
         s = derive_seed(cfg.seed, 'fedetf_personal', data.k)

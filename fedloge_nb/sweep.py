@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 import numpy as np
 from fastcore.script import call_parse, bool_arg, store_true
-from .federated import FedConfig, run_fl, get_method, save_json, save_csv, atomic_write, load_checkpoint, last_k_means
+from .federated import FedConfig, run_fl, get_method, save_json, save_csv, atomic_write, load_checkpoint, last_k_means, check_device
 from .cli import COMMANDS, hp_for, _check_names, _read_history, plot_curves
 
 # %% auto #0
@@ -458,16 +458,20 @@ def sweep(config: str,                       # sweep file (.toml), see experimen
           run_progress: bool_arg = False,    # also a progress bar over each cell's rounds
           keep_checkpoints: store_true = False,  # keep checkpoint.pt of finished cells
           plots: bool_arg = True,            # write the PNGs
+          retry_failed: bool_arg = False,    # run again the cells that failed with this same config
          ) -> list:
     "Run every cell of a TOML grid that is not done yet, recording failures, then write the mean ± std aggregate."
     from tqdm.auto import tqdm
     spec = load_spec(config)
     out = Path(out or spec.out or f'results/sweeps/{spec.name}')
     cells = expand(spec)
+    check_device(device)
     for c in cells: c.cfg.device = device
     pat = re.compile(only) if only else None
     states = {c.name: cell_state(c, out) for c in cells}
-    todo = [c for c in cells if states[c.name] != 'done' and (pat is None or pat.search(c.name))]
+    skip = ('done',) if retry_failed else ('done', 'failed')
+    todo = [c for c in cells if states[c.name] not in skip and (pat is None or pat.search(c.name))]
+    n_failed = sum(s == 'failed' for s in states.values())
     if max_cells is not None: todo = todo[:max(0, int(max_cells))]
     n_done = sum(s == 'done' for s in states.values())
     rounds = sum(c.cfg.rounds for c in todo)
@@ -481,6 +485,7 @@ def sweep(config: str,                       # sweep file (.toml), see experimen
     out.mkdir(parents=True, exist_ok=True)
     save_json(out/'sweep.json', {'spec': dataclasses.asdict(spec), 'config_file': str(config), 'command': ' '.join(sys.argv)})
     print(plan, file=sys.stderr)
+    if n_failed and not retry_failed: print(f"{n_failed} failed cell(s) not run again (same config; --retry_failed true runs them)", file=sys.stderr)
     fed, fed_key, failed, busy = None, None, [], []
     bar = tqdm(todo, desc=spec.name, disable=not progress, unit='cell')
     for c in bar:
@@ -488,7 +493,7 @@ def sweep(config: str,                       # sweep file (.toml), see experimen
         lock = claim_cell(c, out)
         if lock is None: busy.append(c.name); continue          # another worker is running it
         try:
-            if cell_state(c, out) == 'done': continue           # another worker finished it meanwhile
+            if cell_state(c, out) in skip: continue             # another worker finished it (or failed) meanwhile
             k = json.dumps(c.cfg.data_args(), sort_keys=True, default=str)
             if k != fed_key:
                 fed, fed_key = None, None

@@ -3,7 +3,7 @@
     python scripts/nc_tables.py results/nc_methods/fmnist_if100_a02
 
 One row per (method, metric key): mean ± std over the seeds found (folders METHOD_seedN/summary.json).
-`gm_acc_last50` is seed 001's metric: the mean GM over the evaluations in the last 50 rounds (history.csv),
+`gm_acc_last50` is Huang et al.'s (2023) metric: the mean GM over the evaluations in the last 50 rounds (history.csv),
 computed per seed, then mean ± std over seeds.
 """
 from __future__ import annotations

@@ -89,6 +89,9 @@ def run(method: str = 'fedavg',          # federated method (fedavg, fedloge, ..
         eval_every: int = 10,            # evaluate every N rounds
         ckpt_every: int = 10,            # checkpoint every N rounds
         hp: str = '',                    # method hyperparameters, e.g. 'beta=0.6,gamma=0.1'
+        val_frac: float = 0.0,           # validation: this fraction of each client's data (PM) + a balanced global set (GM); 0 = none
+        post_epochs: int = None,         # matched post-training budget: local epochs of every method that adapts after training
+        last_k: int = 3,                 # also report the mean of the last k evaluations (*_lastk)
         device: str = 'auto',            # cpu, cuda, cuda:1 or auto
         out: str = 'runs/run',           # output folder
         resume: bool_arg = False,        # continue from OUT/checkpoint.pt
@@ -163,6 +166,7 @@ def compare(methods: str = 'fedavg,fedloge',   # comma-separated methods
             momentum: float = 0.5, weight_decay: float = 0.0, model: str = 'cnn', partition: str = 'dirichlet', classes_per_client: int = 2,
             max_per_class: int = None, test_max_per_class: int = None, eval_every: int = 10, ckpt_every: int = 10,
             hp: str = '',                     # e.g. 'fedloge.beta=0.6,fedprox.mu=0.01'
+            val_frac: float = 0.0, post_epochs: int = None, last_k: int = 3,   # as for `run`
             device: str = 'auto', out: str = 'runs/compare', progress: bool_arg = True) -> str:
     "Run several methods on the same federated data; print and save a markdown table, CSV and curves."
     from fedloge_nb.data import make_fed_data

@@ -656,6 +656,7 @@ def run_fl(cfg: FedConfig, fed=None, out=None, resume: bool = False, progress: b
     t0 = time.perf_counter()
     client_states = algo.finish(fed, cfg, clients, client_states)
     finish_time = time.perf_counter() - t0
+    check_finite(cfg.rounds, cfg, {'post_training': client_states})   # realignment / finetuning can diverge too
     final = _evaluate_all(algo, fed, clients, client_states)
     summary = {'method': cfg.method, 'dataset': cfg.dataset, 'seed': cfg.seed, 'rounds': cfg.rounds, **final,
                **last_k_means(history, final, cfg.last_k), 'last_k': cfg.last_k,

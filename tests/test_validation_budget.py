@@ -63,3 +63,17 @@ def test_selection_never_reads_test_data(fed):
     algo2 = make_algorithm(cfg); start_run(algo2, fed, cfg)
     algo2.finish(fed, cfg, blind, states)
     assert algo2.ft_choice == algo.ft_choice and pick in (0.001, 0.1)
+
+
+def test_cli_val_frac_and_post_epochs(main_in_process, tmp_path):
+    out = tmp_path/'r'
+    code, o, e = main_in_process('run', '--method', 'fedavg_ft', '--dataset', 'digits', '--imb_factor', 10, '--clients', 3,
+                                 '--model', 'mlp', '--frac', 1.0, '--rounds', 2, '--eval_every', 1, '--batch_size', 32,
+                                 '--val_frac', 0.1, '--post_epochs', 1, '--last_k', 2, '--device', 'cpu', '--out', out, '--progress', 'false')
+    assert code == 0, e
+    s = json.loads((out/'summary.json').read_text())
+    assert s['config']['val_frac'] == 0.1 and s['config']['post_epochs'] == 1 and s['last_k'] == 2
+    assert s['hp']['ft_epochs'] == 1 and s['own_hp']['ft_epochs'] == 5
+    for k in ('val_gm_acc', 'val_pm_acc', 'own_pm_acc', 'gm_acc_lastk'): assert k in s, k
+    code, o, e = main_in_process('run', '--dataset', 'digits', '--val_frac', 0.7, '--out', tmp_path/'bad')
+    assert code != 0 and '--val_frac 0.1' in e and not (tmp_path/'bad').exists()

@@ -4,7 +4,7 @@
 
 # %% ../nbs/07_cli.ipynb #acddfcf2
 from __future__ import annotations
-import dataclasses, json, math, sys, time
+import dataclasses, json, math, re, sys, time
 from pathlib import Path
 import numpy as np
 from fastcore.script import call_parse, anno_parser, Param, bool_arg
@@ -17,9 +17,9 @@ __all__ = ['TABLE_COLS', 'COMMANDS', 'parse_hp', 'parse_list', 'hp_for', 'run', 
 
 # %% ../nbs/07_cli.ipynb #840ce9a4
 def parse_hp(s: str | None) -> dict:
-    "Parse 'k=v,k2=v2' into a dict (JSON values where they parse)."
+    "Parse 'k=v,k2=[a,b]' into a dict (JSON values where they parse; commas inside [...] belong to a list)."
     out = {}
-    for part in (s or '').split(','):
+    for part in re.split(r',(?![^\[]*\])', s or ''):
         if not part.strip(): continue
         if '=' not in part: raise ValueError(f"bad --hp entry {part!r}: write key=value, e.g. --hp 'beta=0.6,gamma=0.1'")
         k, v = (t.strip() for t in part.split('=', 1))

@@ -9,14 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 import numpy as np
 from fastcore.script import call_parse, bool_arg, store_true
-from .federated import FedConfig, run_fl, get_method, save_json, save_csv, atomic_write, load_checkpoint, last_k_means, check_device
+from .federated import FedConfig, run_fl, get_method, save_json, save_csv, atomic_write, load_checkpoint, last_k_means, check_device, make_algorithm
 from .cli import COMMANDS, hp_for, _check_names, _read_history, plot_curves
 
 # %% auto #0
 __all__ = ['FIELDS', 'GRID_ALIASES', 'TOP_KEYS', 'REPORT_DEFAULTS', 'SHORT', 'TIME_COLS', 'DIAG_COLS', 'SweepSpec', 'parse_spec',
-           'load_spec', 'Cell', 'expand', 'cell_state', 'run_cell', 'rounds_to_reach', 'cell_row', 'aggregate',
-           'fmt_mean_std', 'summary_markdown', 'plot_bars', 'plot_sensitivity', 'read_rows', 'stable', 'select_best',
-           'paired_diff', 'selected_markdown', 'write_reports', 'claim_cell', 'release_cell', 'sweep']
+           'load_spec', 'Cell', 'expand', 'stale_hp', 'cell_state', 'run_cell', 'rounds_to_reach', 'cell_row',
+           'aggregate', 'fmt_mean_std', 'summary_markdown', 'plot_bars', 'plot_sensitivity', 'read_rows', 'stable',
+           'select_best', 'paired_diff', 'selected_markdown', 'write_reports', 'claim_cell', 'release_cell', 'sweep']
 
 # %% ../nbs/15_sweep.ipynb #5956da09
 FIELDS = [f.name for f in dataclasses.fields(FedConfig)]
@@ -163,11 +163,22 @@ def _read_json(path):
     try: return json.loads(Path(path).read_text())
     except (OSError, ValueError): return None
 
+def _norm(x): return json.loads(json.dumps(x, default=str))
+
+def stale_hp(cell: Cell, summary: dict) -> list:
+    "Hyperparameters whose value recorded in `summary['hp']` differs from what the current defaults give this cell."
+    rec = summary.get('hp')
+    if not isinstance(rec, dict): return []
+    try: cur = _norm(make_algorithm(cell.cfg).hp)
+    except Exception: return []
+    rec = _norm(rec)
+    return sorted(k for k in rec.keys() & cur.keys() if rec[k] != cur[k])
+
 def cell_state(cell: Cell, out) -> str:
-    "'done' (summary.json with this config), 'failed' (error.txt for this config) or 'todo'."
+    "'done' (summary.json with this config), 'stale' (done, but with other method defaults), 'failed' (error.txt for this config) or 'todo'."
     d = Path(out)/cell.name; key = cell.cfg.key()
     s = _read_json(d/'summary.json')
-    if s is not None and s.get('config') == key: return 'done'
+    if s is not None and s.get('config') == key: return 'stale' if stale_hp(cell, s) else 'done'
     if (d/'error.txt').exists():
         lines = (d/'error.txt').read_text().splitlines()
         if len(lines) > 1 and lines[1].startswith('config ') and _read_cfg(lines[1][7:]) == key: return 'failed'
@@ -234,6 +245,8 @@ def cell_row(cell: Cell, out, report: dict = REPORT_DEFAULTS) -> dict:
         if report.get('converge_at'):
             h = _read_history(d/'history.csv'); mt = report.get('converge_metric', 'gm_acc')
             for t in report['converge_at']: row[f'rounds_to_{mt}_{_thr(t)}'] = rounds_to_reach(h, float(t), mt)
+    elif st == 'stale':
+        row['status'], row['error'] = 'stale', f"made with other defaults of {stale_hp(cell, _read_json(d/'summary.json'))}: the next sweep re-makes it"
     elif st == 'failed':
         lines = [l for l in (d/'error.txt').read_text().strip().splitlines() if l.strip()]
         row['status'], row['error'] = 'failed', (lines[-1][:300] if lines else 'unknown error')
@@ -256,7 +269,7 @@ def aggregate(rows: list) -> list:
         first = rs[0]
         a = {k: v for k, v in first.items() if k not in ('cell', 'seed', 'status', 'error', 'pm_clients') and not _is_metric(k)}
         a.update(n_seeds=len(ok), n_failed=sum(r.get('status') == 'failed' for r in rs),
-                 n_pending=sum(r.get('status') == 'pending' for r in rs), seeds=' '.join(str(r['seed']) for r in ok))
+                 n_pending=sum(r.get('status') in ('pending', 'stale') for r in rs), seeds=' '.join(str(r['seed']) for r in ok))
         for m in metrics:
             vals = [x for x in (_num(r.get(m)) for r in ok) if x is not None]
             a[m] = float(np.mean(vals)) if vals else None

@@ -105,13 +105,12 @@ class FedLoGe(Algorithm):
     def personal_logits(self, x, cstate, data):
         h = self.net.theta(x); psi, phi, n = self.net.psi.weight, cstate['phi'], data.counts
         phi_p = cstate.get('phi_prime', la_fr(psi, phi))                 # finetuned phi'_k after `finish`
-        lp = h @ phi_p.T
         return {'phi': h @ phi.T,
-                'la_fr': mask_logits(lp, n),                             # paper: {theta, phi'_k}
-                'la_fr_ref': mask_logits(lp + h @ phi.T, n),             # reference code: phi_k(h) + phi'_k(h)
-                'la_fr_noft': mask_logits(h @ la_fr(psi, phi).T, n),     # Eq. 7 before finetuning
-                'la_fr_dist': mask_logits(h @ la_fr_dist(psi, n).T, n),  # A.8: true local distribution instead of ||phi||
-                'ga_fr': h @ ga_fr(psi).T}                               # the generic model on local data
+                'la_fr': personal_logits(h, phi_p, counts=n),                      # paper: {theta, phi'_k}
+                'la_fr_ref': personal_logits(h, phi_p, phi, n, form='reference'),  # reference code: phi_k(h) + phi'_k(h)
+                'la_fr_noft': personal_logits(h, la_fr(psi, phi), counts=n),       # Eq. 7 before finetuning
+                'la_fr_dist': personal_logits(h, la_fr_dist(psi, n), counts=n),    # A.8: true local distribution instead of ||phi||
+                'ga_fr': h @ ga_fr(psi).T}                                         # the generic model on local data
 
     # --- stages 2-3 ---
     def finish(self, fed, cfg, clients, client_states):

@@ -12,14 +12,16 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from tqdm.auto import tqdm
+from .datasets import atomic_write  # the one atomic file write (cache, results, checkpoints)
+_all_ = ['atomic_write']  # still importable from here (cli, sweep, scripts)
 
 # %% auto #0
 __all__ = ['METHODS', 'RUN_FILES', 'FedConfig', 'derive_seed', 'seed_everything', 'sample_clients', 'ClientData',
            'client_datasets', 'weighted_average', 'ClientResult', 'register', 'Algorithm', 'shared', 'local_sgd',
            'FedAvg', 'get_method', 'matched_hp', 'make_algorithm', 'group_accuracy', 'eval_mode', 'evaluate',
-           'atomic_write', 'save_json', 'save_csv', 'save_checkpoint', 'load_checkpoint', 'DivergenceError',
-           'check_finite', 'check_device', 'lock_holder', 'check_folder', 'check_out', 'clear_run', 'run_lock',
-           'check_history', 'RunResult', 'last_k_means', 'start_run', 'run_fl', 'check_run']
+           'save_json', 'save_csv', 'save_checkpoint', 'load_checkpoint', 'DivergenceError', 'check_finite',
+           'check_device', 'lock_holder', 'check_folder', 'check_out', 'clear_run', 'run_lock', 'check_history',
+           'RunResult', 'last_k_means', 'start_run', 'run_fl', 'check_run', 'atomic_write']
 
 # %% ../nbs/04_federated.ipynb #98d60cf2
 def _auto_device(device: str | None) -> str:
@@ -369,19 +371,6 @@ def evaluate(algo: Algorithm, fed, clients: list, client_states: list, bs: int =
     return res
 
 # %% ../nbs/04_federated.ipynb #6a7c2608
-def atomic_write(path, data: bytes | str):
-    "Write `data` to `path` atomically (temp file in the same folder + os.replace)."
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp')
-    try:
-        with os.fdopen(fd, 'wb') as f:
-            f.write(data.encode() if isinstance(data, str) else data); f.flush(); os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)   # mkstemp creates 0600; results are meant to be read by others
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp): os.unlink(tmp)
-        raise
-
 def save_json(path, obj): atomic_write(path, json.dumps(obj, indent=1, default=_json_default) + '\n')
 
 def _json_default(o):

@@ -10,7 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.func import functional_call
 from .federated import (Algorithm, FedAvg, ClientResult, register, shared, local_sgd, weighted_average,
-                                  derive_seed)
+                                  derive_seed, forward_batched)
 from .models import bn_keys
 from .realign import mask_logits
 
@@ -144,7 +144,7 @@ class FedRep(PartialFedAvg):
         hd = data
         if self.hp['head_epochs'] > 0:
             if not bn_keys(body) and not data.augment:                      # features are fixed: compute them once
-                with torch.no_grad(): hd = dataclasses.replace(data, x=torch.cat([body(data.x[i:i + 2048]) for i in range(0, len(data), 2048)]))
+                hd = dataclasses.replace(data, x=forward_batched(body, data.x, 2048))
                 head_loss = lambda m, hb, yb: ce(m.head(hb), yb)
             else:
                 def head_loss(m, xb, yb):

@@ -8,7 +8,7 @@ import copy, dataclasses
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from .federated import FedAvg, ClientResult, register, shared, local_sgd, derive_seed
+from .federated import FedAvg, ClientResult, register, shared, local_sgd, derive_seed, forward_batched
 from .baselines import with_masked, sub_state, prefixed, forward_with
 
 # %% auto #0
@@ -248,7 +248,7 @@ class LWS(FedAvg):
 
     def finish(self, fed, cfg, clients, client_states):
         self.net.eval(); live = [i for i, d in enumerate(clients) if len(d)]
-        with torch.no_grad(): Z = {i: torch.cat([self.net(clients[i].x[j:j + 2048]) for j in range(0, len(clients[i]), 2048)]) for i in live}
+        Z = {i: forward_batched(self.net, clients[i].x, 2048) for i in live}
         out = list(client_states)
         for r in range(self.hp['lws_rounds']):
             fs = {i: self.learn_scales(Z[i], clients[i].y, self.scales, cfg, derive_seed(cfg.seed, 'lws', r, i)) for i in live}

@@ -19,9 +19,9 @@ _all_ = ['atomic_write']  # still importable from here (cli, sweep, scripts)
 __all__ = ['METHODS', 'RUN_FILES', 'FedConfig', 'derive_seed', 'seed_everything', 'sample_clients', 'ClientData',
            'client_datasets', 'weighted_average', 'ClientResult', 'register', 'Algorithm', 'shared', 'local_sgd',
            'FedAvg', 'get_method', 'matched_hp', 'make_algorithm', 'group_accuracy', 'eval_mode', 'evaluate',
-           'save_json', 'save_csv', 'save_checkpoint', 'load_checkpoint', 'DivergenceError', 'check_finite',
-           'check_device', 'lock_holder', 'check_folder', 'check_out', 'clear_run', 'run_lock', 'check_history',
-           'RunResult', 'last_k_means', 'start_run', 'run_fl', 'check_run', 'atomic_write']
+           'forward_batched', 'save_json', 'save_csv', 'save_checkpoint', 'load_checkpoint', 'DivergenceError',
+           'check_finite', 'check_device', 'lock_holder', 'check_folder', 'check_out', 'clear_run', 'run_lock',
+           'check_history', 'RunResult', 'last_k_means', 'start_run', 'run_fl', 'check_run', 'atomic_write']
 
 # %% ../nbs/04_federated.ipynb #98d60cf2
 def _auto_device(device: str | None) -> str:
@@ -369,6 +369,12 @@ def evaluate(algo: Algorithm, fed, clients: list, client_states: list, bs: int =
                 res[f'pm_acc_{mode}'] = res['pm_acc']; res['client_acc'] = [round(100 * float(v), 4) for v in a]
         res['pm_clients'] = len(per.get(algo.primary_personal, []))
     return res
+
+# %% ../nbs/04_federated.ipynb #e0245a00
+@torch.no_grad()
+def forward_batched(fn, x: torch.Tensor, bs: int = 1024) -> torch.Tensor:
+    "`fn(x)` in batches of `bs` rows under no_grad, concatenated (x must not be empty)."
+    return torch.cat([fn(x[i:i + bs]) for i in range(0, len(x), bs)])
 
 # %% ../nbs/04_federated.ipynb #6a7c2608
 def save_json(path, obj): atomic_write(path, json.dumps(obj, indent=1, default=_json_default) + '\n')

@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.func import functional_call
-from .federated import Algorithm, ClientResult, register, shared, derive_seed, local_sgd
+from .federated import Algorithm, ClientResult, register, shared, derive_seed, local_sgd, forward_batched
 from .models import make_backbone
 from .etf import simplex_etf
 
@@ -43,7 +43,7 @@ def balanced_softmax_loss(logits: torch.Tensor, y: torch.Tensor, counts) -> torc
 def _fixed_features(backbone, data, bs: int = 1024):
     "Backbone features of all training images (eval mode, no grad), or None when the data are augmented."
     if data.augment is not None: return None
-    with torch.no_grad(): return torch.cat([backbone(data.x[i:i + bs]) for i in range(0, len(data), bs)])
+    return forward_batched(backbone, data.x, bs)
 
 def _feature_batches(backbone, data, H, batch_size: int, seed: int, epochs: int):
     "Seeded (features, labels) batches: over cached features H, or through the frozen backbone when H is None."

@@ -8,7 +8,7 @@ import copy
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from .federated import Algorithm, ClientResult, register, shared, derive_seed, local_sgd, weighted_average
+from .federated import Algorithm, ClientResult, register, shared, derive_seed, local_sgd, weighted_average, forward_batched
 from .models import make_backbone
 from .etf import simplex_etf
 from .sse_c import FixedClassifier
@@ -50,9 +50,6 @@ def gmv_update(mu: torch.Tensor, means: list, has: list) -> torch.Tensor:
     return torch.where((cnt > 0)[:, None], new, mu)
 
 # %% ../nbs/09a_gmv.ipynb #3980f4f2
-def _features(backbone, x, bs: int = 1024) -> torch.Tensor:
-    with torch.no_grad(): return torch.cat([backbone(x[i:i + bs]) for i in range(0, len(x), bs)])
-
 @register('fedavg_etf_gmv')
 class FedAvgETFGMV(Algorithm):
     "FedAvg + fixed simplex ETF classifier + global memory vectors (Huang et al. 2023, Algorithm 1)."
@@ -93,7 +90,7 @@ class FedAvgETFGMV(Algorithm):
         state = shared(net, self.is_shared)
         if self.hp['gmv'] and len(data):
             net.eval()
-            state['gmv.client_mean'], state['gmv.client_has'] = class_means(_features(net.backbone, data.x), data.y, self.num_classes)
+            state['gmv.client_mean'], state['gmv.client_has'] = class_means(forward_batched(net.backbone, data.x), data.y, self.num_classes)
         return ClientResult(state, cstate, len(data), loss)
 
     def aggregate(self, gstate, results):

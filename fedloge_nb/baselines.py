@@ -44,6 +44,7 @@ def prox_term(params, anchors, squared: bool = True) -> torch.Tensor:
 @register('fedprox')
 class FedProx(FedAvg):
     "FedProx (Li et al. 2020): local CE + mu/2 ||w - w_g||^2 toward the received global model; FedAvg aggregation."
+    kind = 'generic'
     defaults = dict(mu=0.01, squared=True)
 
     def __init__(self, **hp):
@@ -88,6 +89,7 @@ class PartialFedAvg(FedAvg):
 @register('fedbn')
 class FedBN(PartialFedAvg):
     "FedBN (Li et al. 2021): BatchNorm parameters and running statistics stay local; everything else is averaged."
+    kind = 'generic+personalised'
     primary_global = 'bn_avg'
 
     def build(self, fed, cfg):
@@ -121,6 +123,7 @@ class FedBN(PartialFedAvg):
 @register('fedper')
 class FedPer(PartialFedAvg):
     "FedPer (Arivazhagan et al. 2019): backbone averaged, linear head kept local; no global model."
+    kind = 'personalised'
     has_global = False
     def private(self, key): return key.startswith('head.')
 
@@ -128,6 +131,7 @@ class FedPer(PartialFedAvg):
 @register('fedrep')
 class FedRep(PartialFedAvg):
     "FedRep (Collins et al. 2021): per round, head epochs on frozen features, then body epochs with the head frozen."
+    kind = 'generic+personalised'
     defaults = dict(head_epochs=10, body_epochs=None)
     primary_global = 'head_avg'
 
@@ -174,6 +178,7 @@ class FedRep(PartialFedAvg):
 @register('lg_fedavg')
 class LGFedAvg(PartialFedAvg):
     "LG-FedAvg (Liang et al. 2020): each client keeps its backbone, only the head is averaged; no global model."
+    kind = 'personalised'
     has_global = False
     def private(self, key): return not key.startswith('head.')
 
@@ -181,6 +186,7 @@ class LGFedAvg(PartialFedAvg):
 @register('ditto')
 class Ditto(FedAvg):
     "Ditto (Li et al. 2021): FedAvg global model + personal models v_k with lambda/2 ||v_k - w_g||^2 toward the received global."
+    kind = 'generic+personalised'
     defaults = dict(lam=0.1, personal_epochs=None)
     primary_personal = 'personal'
 
@@ -212,5 +218,6 @@ class Ditto(FedAvg):
 @register('local')
 class Local(PartialFedAvg):
     "Local training only: every client trains its own full model, nothing is shared; PM only."
+    kind = 'personalised'
     has_global = False
     def private(self, key): return True

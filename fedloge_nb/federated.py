@@ -16,7 +16,7 @@ from .datasets import atomic_write  # the one atomic file write (cache, results,
 _all_ = ['atomic_write']  # still importable from here (cli, sweep, scripts)
 
 # %% auto #0
-__all__ = ['METHODS', 'RUN_FILES', 'FedConfig', 'derive_seed', 'seed_everything', 'sample_clients', 'ClientData',
+__all__ = ['METHODS', 'KINDS', 'RUN_FILES', 'FedConfig', 'derive_seed', 'seed_everything', 'sample_clients', 'ClientData',
            'client_datasets', 'weighted_average', 'ClientResult', 'register', 'Algorithm', 'shared', 'local_sgd',
            'FedAvg', 'get_method', 'matched_hp', 'make_algorithm', 'group_accuracy', 'eval_mode', 'evaluate',
            'forward_batched', 'save_json', 'save_csv', 'save_checkpoint', 'load_checkpoint', 'DivergenceError',
@@ -174,9 +174,16 @@ class ClientResult:
 
 METHODS: dict = {}
 
+KINDS = {'generic': 'one generic model, also the model every client uses (PM may mask it to the local classes)',
+         'personalised': 'personalised models only, no generic model (has_global = False: GM is n/a)',
+         'generic+personalised': 'a generic model and personalised models, trained jointly or adapted after training'}
+
 def register(name: str):
-    "Class decorator adding an `Algorithm` to `METHODS` under its CLI name."
+    "Class decorator adding an `Algorithm` to `METHODS` under its CLI name (checks its `kind`)."
     def deco(cls):
+        if cls.kind not in KINDS: raise ValueError(f"{cls.__name__}.kind={cls.kind!r}: use one of {list(KINDS)}")
+        if cls.has_global != (cls.kind != 'personalised'):
+            raise ValueError(f"{cls.__name__}: kind={cls.kind!r} but has_global={cls.has_global}: only 'personalised' methods lack a generic model")
         cls.name = name; METHODS[name] = cls; return cls
     return deco
 
@@ -185,6 +192,7 @@ class Algorithm:
     name = 'base'
     defaults: dict = {}
     has_global = True                 # False: GM is not applicable (FedPer, LG-FedAvg, Local)
+    kind = 'generic'                  # what the method trains: one of KINDS (each registered method declares it)
     primary_global = 'global'
     primary_personal = 'global'
 
@@ -279,16 +287,15 @@ def local_sgd(model, data: ClientData, cfg: FedConfig, seed: int, loss_fn, param
 @register('fedavg')
 class FedAvg(Algorithm):
     "FedAvg (McMahan et al. 2017): local SGD, sample-weighted averaging of the whole model."
+    kind = 'generic'
 
 # %% ../nbs/04_federated.ipynb #c29608e9
 _METHOD_MODULES = ['fedloge_nb.fedloge', 'fedloge_nb.baselines', 'fedloge_nb.baselines_lt', 'fedloge_nb.fedetf',
                    'fedloge_nb.gmv', 'fedloge_nb.ecl']
 
 def _load_methods():
-    for m in _METHOD_MODULES:
-        try: importlib.import_module(m)
-        except ModuleNotFoundError as e:
-            if e.name != m: raise
+    "Import every module that registers methods (an import error is raised, never skipped)."
+    for m in _METHOD_MODULES: importlib.import_module(m)
 
 def get_method(name: str):
     "The `Algorithm` class registered as `name`."

@@ -55,6 +55,7 @@ def _feature_batches(backbone, data, H, batch_size: int, seed: int, epochs: int)
 @register('fedetf')
 class FedETF(Algorithm):
     "FedETF (Li et al., ICCV 2023): normalised projection onto a fixed C x C simplex ETF, balanced loss, Algorithm 2 finetuning."
+    kind = 'generic+personalised'
     defaults = dict(beta0=1.0, p_epochs=None, p_iters=20, etf_epochs=3, proj_epochs=3, etf_lr=0.1, proj_lr=0.05,
                     proj_momentum=0.9, proj_wd=5e-4, personal='paper')
     primary_global = 'global'

@@ -53,6 +53,7 @@ def gmv_update(mu: torch.Tensor, means: list, has: list) -> torch.Tensor:
 @register('fedavg_etf_gmv')
 class FedAvgETFGMV(Algorithm):
     "FedAvg + fixed simplex ETF classifier + global memory vectors (Huang et al. 2023, Algorithm 1)."
+    kind = 'generic'
     defaults = dict(scale=1.0, gmv=True, a=0.5, warmup=50, mu=0.0)
 
     def __init__(self, **hp):
@@ -107,9 +108,11 @@ class FedAvgETFGMV(Algorithm):
 @register('fedavg_etf')
 class FedAvgETF(FedAvgETFGMV):
     "FedAvg with a fixed simplex ETF classifier, no memory vectors (Huang et al. 2023, Table 2, '+ETF')."
+    kind = 'generic'
     defaults = {**FedAvgETFGMV.defaults, 'gmv': False}
 
 @register('fedprox_etf_gmv')
 class FedProxETFGMV(FedAvgETFGMV):
     "FedProx (squared proximal term) + fixed simplex ETF classifier + global memory vectors."
+    kind = 'generic'
     defaults = {**FedAvgETFGMV.defaults, 'mu': 0.01}

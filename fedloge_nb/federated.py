@@ -203,10 +203,14 @@ class Algorithm:
         self.device = torch.device('cpu')
 
     # --- model ---
-    def build(self, fed, cfg: FedConfig):
-        "Create `self.net` (the server model) and `self.local` (the scratch copy clients train)."
+    def build_net(self, fed, cfg: FedConfig) -> nn.Module:
+        "The server model, untrained (default: `models.make_net(cfg.model)` with a biased linear head)."
         from fedloge_nb.models import make_net
-        self.net = make_net(cfg.model, fed.num_classes, fed.in_channels, fed.img_size, bias=True).to(self.device)
+        return make_net(cfg.model, fed.num_classes, fed.in_channels, fed.img_size, bias=True)
+
+    def build(self, fed, cfg: FedConfig):
+        "Create `self.net` (`build_net`, on `self.device`) and `self.local` (the scratch copy clients train)."
+        self.net = self.build_net(fed, cfg).to(self.device)
         self.local = copy.deepcopy(self.net)
 
     def is_shared(self, key: str) -> bool:

@@ -73,12 +73,11 @@ class FedETF(Algorithm):
         for k in ('p_iters', 'etf_epochs', 'proj_epochs'):
             if int(self.hp[k]) < 0: raise ValueError(f"{k}={self.hp[k]} must be >= 0")
 
-    def build(self, fed, cfg):
+    def build_net(self, fed, cfg):
         bb = make_backbone(cfg.model, fed.in_channels, fed.img_size)
         C = fed.num_classes
         etf = simplex_etf(C, C, seed=derive_seed(cfg.seed, 'fedetf_etf') % (2**31))
-        self.net = ETFNet(bb, etf, self.hp['beta0']).to(self.device)
-        self.local = copy.deepcopy(self.net)
+        return ETFNet(bb, etf, self.hp['beta0'])
 
     def is_shared(self, key): return key != 'etf'
 

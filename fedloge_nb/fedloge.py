@@ -53,11 +53,13 @@ class FedLoGe(Algorithm):
         if self.hp['classifier'] == 'etf': return simplex_etf(d, C, seed=seed) * self.hp['gamma']
         return sse_c(d, C, beta=self.hp['beta'], gamma=self.hp['gamma'], steps=self.hp['sse_steps'], lr=self.hp['sse_lr'], seed=seed)[0]
 
-    def build(self, fed, cfg):
+    def build_net(self, fed, cfg):
         theta = make_backbone(cfg.model, fed.in_channels, fed.img_size)
         W = self.fixed_classifier(theta.feature_dim, fed.num_classes, derive_seed(cfg.seed, 'sse_c') % (2**31))
-        self.net = FedLoGeNet(theta, W, fed.num_classes).to(self.device)
-        self.local = copy.deepcopy(self.net)
+        return FedLoGeNet(theta, W, fed.num_classes)
+
+    def build(self, fed, cfg):
+        super().build(fed, cfg)
         self.psi_norms0 = self.net.psi.weight.detach().norm(dim=1).cpu()
 
     @classmethod

@@ -61,11 +61,13 @@ class FedAvgETFGMV(Algorithm):
         if self.hp['mu'] < 0: raise ValueError(f"mu={self.hp['mu']}: the FedProx coefficient must be >= 0")
         if int(self.hp['warmup']) < 1: raise ValueError(f"warmup={self.hp['warmup']}: the warm-up round R_warm must be >= 1")
 
-    def build(self, fed, cfg):
+    def build_net(self, fed, cfg):
         bb = make_backbone(cfg.model, fed.in_channels, fed.img_size)
         W = simplex_etf(bb.feature_dim, fed.num_classes, seed=derive_seed(cfg.seed, 'gmv_etf') % (2**31)) * float(self.hp['scale'])
-        self.net = ETFGMVNet(bb, W).to(self.device)
-        self.local = copy.deepcopy(self.net)
+        return ETFGMVNet(bb, W)
+
+    def build(self, fed, cfg):
+        super().build(fed, cfg)
         self.num_classes = fed.num_classes
 
     def is_shared(self, key): return not key.startswith('etf.')

@@ -31,30 +31,30 @@ def _auto_device(device: str | None) -> str:
 @dataclass
 class FedConfig:
     "Everything that defines a federated run: data protocol, federation, local optimisation, method hyperparameters."
-    method: str = 'fedavg'
-    dataset: str = 'fmnist'
-    imb_factor: float = 100.0          # n_max / n_min (>= 1)
-    alpha: float = 0.5                 # Dirichlet concentration
-    clients: int = 20                  # K
-    partition: str = 'dirichlet'       # 'dirichlet' | 'iid' | 'shard'
-    classes_per_client: int = 2        # for partition='shard'
+    method: str = 'fedavg'             # federated method (fedavg, fedloge, ...)
+    dataset: str = 'fmnist'            # fmnist, cifar10, cifar100, digits, synthetic
+    imb_factor: float = 100.0          # imbalance factor n_max / n_min (>= 1)
+    alpha: float = 0.5                 # Dirichlet concentration of the non-IID split
+    clients: int = 20                  # number of clients K
+    partition: str = 'dirichlet'       # dirichlet, iid or shard
+    classes_per_client: int = 2        # classes per client for partition shard
     data_seed: int | None = None       # partition seed (None: same as seed)
-    max_per_class: int | None = None   # subsample raw train set per class (fast tests)
-    test_max_per_class: int | None = None
-    min_size: int | None = None
+    max_per_class: int | None = None   # subsample the raw train set per class (quick runs)
+    test_max_per_class: int | None = None  # subsample the test set per class (quick runs)
+    min_size: int | None = None        # Dirichlet split: at least this many samples per client (None: min(10, N/2K))
     shot_rule: str = 'fedloge'         # many/med/few rule: 'fedloge' (75%/95%) or 'count' (>100/20-100/<20)
-    model: str = 'cnn'
-    frac: float = 0.5                  # participation per round
-    rounds: int = 100
-    local_epochs: int = 1
-    batch_size: int = 64
-    lr: float = 0.05
-    momentum: float = 0.5
-    weight_decay: float = 0.0
-    seed: int = 0
-    device: str = 'auto'
-    eval_every: int = 10
-    ckpt_every: int = 10
+    model: str = 'cnn'                 # backbone: cnn, mlp, resnet8/20/32, resnet18/34
+    frac: float = 0.5                  # fraction of clients per round, in (0, 1]
+    rounds: int = 100                  # communication rounds
+    local_epochs: int = 1              # local epochs per round
+    batch_size: int = 64               # local batch size
+    lr: float = 0.05                   # local SGD learning rate
+    momentum: float = 0.5              # local SGD momentum
+    weight_decay: float = 0.0          # local SGD weight decay
+    seed: int = 0                      # seed of everything (also the partition unless data_seed is set)
+    device: str = 'auto'               # cpu, cuda, cuda:1 or auto
+    eval_every: int = 10               # evaluate every N rounds
+    ckpt_every: int = 10               # checkpoint every N rounds
     hp: dict = field(default_factory=dict)   # method hyperparameters (e.g. beta, gamma, mu)
     val_frac: float = 0.0              # held-out validation: this fraction of each client's data (PM) + a balanced global set (GM)
     post_epochs: int | None = None     # matched post-training budget: local epochs of every method that adapts after training

@@ -124,7 +124,6 @@ class FedBN(PartialFedAvg):
 class FedPer(PartialFedAvg):
     "FedPer (Arivazhagan et al. 2019): backbone averaged, linear head kept local; no global model."
     kind = 'personalised'
-    has_global = False
     def private(self, key): return key.startswith('head.')
 
 # %% ../nbs/08_baselines.ipynb #4fae6f32
@@ -179,7 +178,6 @@ class FedRep(PartialFedAvg):
 class LGFedAvg(PartialFedAvg):
     "LG-FedAvg (Liang et al. 2020): each client keeps its backbone, only the head is averaged; no global model."
     kind = 'personalised'
-    has_global = False
     def private(self, key): return not key.startswith('head.')
 
 # %% ../nbs/08_baselines.ipynb #15d25699
@@ -219,5 +217,4 @@ class Ditto(FedAvg):
 class Local(PartialFedAvg):
     "Local training only: every client trains its own full model, nothing is shared; PM only."
     kind = 'personalised'
-    has_global = False
     def private(self, key): return True

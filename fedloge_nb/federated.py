@@ -179,11 +179,10 @@ KINDS = {'generic': 'one generic model, also the model every client uses (PM may
          'generic+personalised': 'a generic model and personalised models, trained jointly or adapted after training'}
 
 def register(name: str):
-    "Class decorator adding an `Algorithm` to `METHODS` under its CLI name (checks its `kind`)."
+    "Class decorator adding an `Algorithm` to `METHODS` under its CLI name (checks its `kind`, sets `has_global` from it)."
     def deco(cls):
         if cls.kind not in KINDS: raise ValueError(f"{cls.__name__}.kind={cls.kind!r}: use one of {list(KINDS)}")
-        if cls.has_global != (cls.kind != 'personalised'):
-            raise ValueError(f"{cls.__name__}: kind={cls.kind!r} but has_global={cls.has_global}: only 'personalised' methods lack a generic model")
+        cls.has_global = cls.kind != 'personalised'
         cls.name = name; METHODS[name] = cls; return cls
     return deco
 
@@ -191,7 +190,7 @@ class Algorithm:
     "Base class of federated methods; the defaults implement FedAvg's hooks."
     name = 'base'
     defaults: dict = {}
-    has_global = True                 # False: GM is not applicable (FedPer, LG-FedAvg, Local)
+    has_global = True                 # set by `register` from `kind`: False for 'personalised' (GM is not applicable)
     kind = 'generic'                  # what the method trains: one of KINDS (each registered method declares it)
     primary_global = 'global'
     primary_personal = 'global'

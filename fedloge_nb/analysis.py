@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn as nn
-from .federated import FedConfig, RunResult, run_fl, load_checkpoint
+from .federated import FedConfig, RunResult, run_fl, load_checkpoint, forward_batched
 
 # %% auto #0
 __all__ = ['analysis_configs', 'tiny_configs', 'run_name', 'trained_run', 'features', 'class_mean_features', 'sorted_profiles',
@@ -54,7 +54,7 @@ def features(backbone: nn.Module, x: torch.Tensor, bs: int = 1024) -> torch.Tens
     "Features f(x; theta) of a tensor of inputs, in eval mode and batches (float32, CPU); the module's mode is restored."
     was = backbone.training; backbone.eval()
     dev = next(iter(backbone.parameters()), torch.empty(0)).device
-    try: return torch.cat([backbone(x[i:i + bs].to(dev)).float().cpu() for i in range(0, len(x), bs)]) if len(x) else torch.empty(0)
+    try: return forward_batched(lambda xb: backbone(xb.to(dev)).float().cpu(), x, bs) if len(x) else torch.empty(0)
     finally: backbone.train(was)
 
 def class_mean_features(backbone, x, y, C: int, bs: int = 1024):

@@ -10,7 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.func import functional_call
 from .federated import (Algorithm, FedAvg, ClientResult, register, shared, local_sgd, weighted_average,
-                                  derive_seed)
+                                  derive_seed, forward_batched)
 from .models import bn_keys
 from .realign import mask_logits
 
@@ -44,6 +44,7 @@ def prox_term(params, anchors, squared: bool = True) -> torch.Tensor:
 @register('fedprox')
 class FedProx(FedAvg):
     "FedProx (Li et al. 2020): local CE + mu/2 ||w - w_g||^2 toward the received global model; FedAvg aggregation."
+    kind = 'generic'
     defaults = dict(mu=0.01, squared=True)
 
     def __init__(self, **hp):
@@ -88,6 +89,7 @@ class PartialFedAvg(FedAvg):
 @register('fedbn')
 class FedBN(PartialFedAvg):
     "FedBN (Li et al. 2021): BatchNorm parameters and running statistics stay local; everything else is averaged."
+    kind = 'generic+personalised'
     primary_global = 'bn_avg'
 
     def build(self, fed, cfg):
@@ -121,13 +123,14 @@ class FedBN(PartialFedAvg):
 @register('fedper')
 class FedPer(PartialFedAvg):
     "FedPer (Arivazhagan et al. 2019): backbone averaged, linear head kept local; no global model."
-    has_global = False
+    kind = 'personalised'
     def private(self, key): return key.startswith('head.')
 
 # %% ../nbs/08_baselines.ipynb #4fae6f32
 @register('fedrep')
 class FedRep(PartialFedAvg):
     "FedRep (Collins et al. 2021): per round, head epochs on frozen features, then body epochs with the head frozen."
+    kind = 'generic+personalised'
     defaults = dict(head_epochs=10, body_epochs=None)
     primary_global = 'head_avg'
 
@@ -144,7 +147,7 @@ class FedRep(PartialFedAvg):
         hd = data
         if self.hp['head_epochs'] > 0:
             if not bn_keys(body) and not data.augment:                      # features are fixed: compute them once
-                with torch.no_grad(): hd = dataclasses.replace(data, x=torch.cat([body(data.x[i:i + 2048]) for i in range(0, len(data), 2048)]))
+                hd = dataclasses.replace(data, x=forward_batched(body, data.x, 2048))
                 head_loss = lambda m, hb, yb: ce(m.head(hb), yb)
             else:
                 def head_loss(m, xb, yb):
@@ -174,13 +177,14 @@ class FedRep(PartialFedAvg):
 @register('lg_fedavg')
 class LGFedAvg(PartialFedAvg):
     "LG-FedAvg (Liang et al. 2020): each client keeps its backbone, only the head is averaged; no global model."
-    has_global = False
+    kind = 'personalised'
     def private(self, key): return not key.startswith('head.')
 
 # %% ../nbs/08_baselines.ipynb #15d25699
 @register('ditto')
 class Ditto(FedAvg):
     "Ditto (Li et al. 2021): FedAvg global model + personal models v_k with lambda/2 ||v_k - w_g||^2 toward the received global."
+    kind = 'generic+personalised'
     defaults = dict(lam=0.1, personal_epochs=None)
     primary_personal = 'personal'
 
@@ -212,5 +216,5 @@ class Ditto(FedAvg):
 @register('local')
 class Local(PartialFedAvg):
     "Local training only: every client trains its own full model, nothing is shared; PM only."
-    has_global = False
+    kind = 'personalised'
     def private(self, key): return True

@@ -8,7 +8,7 @@ import copy, dataclasses
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from .federated import FedAvg, ClientResult, register, shared, local_sgd, derive_seed
+from .federated import FedAvg, ClientResult, register, shared, local_sgd, derive_seed, forward_batched
 from .baselines import with_masked, sub_state, prefixed, forward_with
 
 # %% auto #0
@@ -25,6 +25,7 @@ def balanced_softmax_ce(logits: torch.Tensor, y: torch.Tensor, counts) -> torch.
 @register('fedrod')
 class FedRoD(FedAvg):
     "FedRoD (Chen & Chao 2022): body + generic head with balanced softmax (shared), personal head on detached features (local)."
+    kind = 'generic+personalised'
     defaults = dict(generic_loss='bsm')
     primary_personal = 'personal'
 
@@ -90,6 +91,7 @@ class LocalFinetune:
 @register('fedbabu')
 class FedBABU(LocalFinetune, FedAvg):
     "FedBABU (Oh et al. 2022): head frozen at its random init during FL, only the body is trained/averaged; head finetuned locally at the end."
+    kind = 'generic+personalised'
     defaults = dict(ft_epochs=5, ft_lr=None, ft_part='head')
     def __init__(self, **hp): super().__init__(**hp); self._check_ft()
 
@@ -103,6 +105,7 @@ class FedBABU(LocalFinetune, FedAvg):
 @register('fedavg_ft')
 class FedAvgFT(LocalFinetune, FedAvg):
     "FedAvg-FT: FedAvg, then every client finetunes the whole global model on its local data (PM)."
+    kind = 'generic+personalised'
     defaults = dict(ft_epochs=5, ft_lr=None, ft_part='all')
     def __init__(self, **hp): super().__init__(**hp); self._check_ft()
 
@@ -137,6 +140,7 @@ def aux_indices(y: torch.Tensor, per_class: int, seed: int) -> torch.Tensor:
 @register('ratio_loss')
 class RatioLoss(FedAvg):
     "Ratio Loss (Wang et al. 2021): CE weighted by alpha + beta * Ra_c, Ra monitored by the server on a balanced auxiliary set."
+    kind = 'generic'
     defaults = dict(alpha=1.0, beta=0.1, aux_per_class=32)
 
     def __init__(self, **hp):
@@ -179,6 +183,7 @@ def logit_calibrated_ce(logits: torch.Tensor, y: torch.Tensor, counts, tau: floa
 @register('fedlc')
 class FedLC(FedAvg):
     "FedLC (Zhang et al. 2022): local CE on logits calibrated by -tau * n_kc^(-1/4); raw logits at inference."
+    kind = 'generic'
     defaults = dict(tau=1.0)
     def __init__(self, **hp):
         super().__init__(**hp)
@@ -195,6 +200,7 @@ def tau_normalize(W: torch.Tensor, tau: float = 1.0, eps: float = 1e-12) -> torc
 @register('tau_norm')
 class TauNorm(FedAvg):
     "FedAvg + tau-norm (Kang et al. 2020): head rows w_c / ||w_c||^tau at inference."
+    kind = 'generic'
     defaults = dict(tau=1.0)
     primary_global = primary_personal = 'tau_norm'
 
@@ -215,6 +221,7 @@ def class_balanced_indices(y: torch.Tensor, n: int, generator=None) -> torch.Ten
 @register('lws')
 class LWS(FedAvg):
     "FedAvg + LWS (Kang et al. 2020): per-class logit scales learned on class-balanced local batches, averaged by the server."
+    kind = 'generic'
     defaults = dict(lws_epochs=10, lws_rounds=1, lws_lr=None)
     primary_global = 'lws'
 
@@ -248,7 +255,7 @@ class LWS(FedAvg):
 
     def finish(self, fed, cfg, clients, client_states):
         self.net.eval(); live = [i for i, d in enumerate(clients) if len(d)]
-        with torch.no_grad(): Z = {i: torch.cat([self.net(clients[i].x[j:j + 2048]) for j in range(0, len(clients[i]), 2048)]) for i in live}
+        Z = {i: forward_batched(self.net, clients[i].x, 2048) for i in live}
         out = list(client_states)
         for r in range(self.hp['lws_rounds']):
             fs = {i: self.learn_scales(Z[i], clients[i].y, self.scales, cfg, derive_seed(cfg.seed, 'lws', r, i)) for i in live}

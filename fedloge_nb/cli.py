@@ -4,16 +4,17 @@
 
 # %% ../nbs/07_cli.ipynb #acddfcf2
 from __future__ import annotations
-import dataclasses, json, math, re, sys, time
+import dataclasses, inspect, json, math, re, sys, time, typing
 from pathlib import Path
 import numpy as np
 from fastcore.script import call_parse, anno_parser, Param, bool_arg
+from fastcore.docments import docments
 from .federated import FedConfig, run_fl, get_method, METHODS, _load_methods, save_json, save_csv, atomic_write
 from .federated import DivergenceError, check_device, check_run, check_folder, check_out, run_lock, clear_run, check_history
 
 # %% auto #0
-__all__ = ['TABLE_COLS', 'COMMANDS', 'parse_hp', 'parse_list', 'hp_for', 'run', 'results_table', 'plot_curves', 'compare',
-           'main_job', 'main']
+__all__ = ['TABLE_COLS', 'COMMANDS', 'parse_hp', 'parse_list', 'hp_for', 'config_flags', 'run', 'results_table', 'plot_curves',
+           'compare', 'main_job', 'main']
 
 # %% ../nbs/07_cli.ipynb #840ce9a4
 def parse_hp(s: str | None) -> dict:
@@ -53,9 +54,36 @@ def hp_for(method: str, hp: dict, strict: bool = True) -> dict:
     return out
 
 # %% ../nbs/07_cli.ipynb #9473c942
-def _cfg(**kw) -> FedConfig:
-    names = {f.name for f in dataclasses.fields(FedConfig)}
-    return FedConfig(**{k: v for k, v in kw.items() if k in names})
+class _Flag(Param):
+    "A fastcore `Param` that can build a parser more than once (`Param.set_default` appends the default to the help)."
+    def set_default(self, d):
+        self.help = self._help = getattr(self, '_help', self.help)
+        super().set_default(d)
+
+def config_flags(exclude=(), lead: int = 0):
+    "Decorator: command `fn(..., **config)` gets one flag per `FedConfig` field, with the field's default, type and comment (as help)."
+    def deco(fn):
+        own = inspect.signature(fn, eval_str=True).parameters
+        mine = [p for p in own.values() if p.kind != p.VAR_KEYWORD]
+        hints, docs = typing.get_type_hints(FedConfig), docments(FedConfig)
+        ps = mine[:lead]
+        for f in dataclasses.fields(FedConfig):
+            if f.name in exclude: continue
+            if f.name in own: ps.append(own[f.name]); continue            # the command's own form of a field (--hp is a string)
+            t = next((a for a in typing.get_args(hints[f.name]) if a is not type(None)), hints[f.name])   # int | None -> int
+            ps.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
+                                        annotation=_Flag(docs.get(f.name) or '', t)))
+        ps += [p for p in mine[lead:] if p not in ps]
+        fn.__signature__ = inspect.Signature([p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in ps],
+                                             return_annotation=inspect.signature(fn).return_annotation)
+        return fn
+    return deco
+
+def _config(fn, config: dict, **kw) -> FedConfig:
+    "The `FedConfig` of a call of command `fn`: its config flags (a name it does not take is a TypeError) plus `kw`."
+    bad = sorted(set(config) - set(inspect.signature(fn).parameters))
+    if bad: raise TypeError(f"{fn.__name__}() got unexpected keyword arguments {bad}")
+    return FedConfig(**config, **kw)
 
 def _check_names(method=None, dataset=None, model=None):
     if method is not None: get_method(method)
@@ -67,40 +95,17 @@ def _check_names(method=None, dataset=None, model=None):
         if model not in MODELS: raise ValueError(f"unknown model {model!r}; known models: {', '.join(MODELS)}")
 
 @call_parse
-def run(method: str = 'fedavg',          # federated method (fedavg, fedloge, ...)
-        dataset: str = 'fmnist',         # fmnist, cifar10, cifar100, digits, synthetic
-        imb_factor: float = 100,         # imbalance factor n_max/n_min (>= 1)
-        alpha: float = 0.5,              # Dirichlet concentration of the non-IID split
-        clients: int = 20,               # number of clients K
-        frac: float = 0.5,               # fraction of clients per round, in (0, 1]
-        rounds: int = 100,               # communication rounds
-        local_epochs: int = 1,           # local epochs per round
-        batch_size: int = 64,            # local batch size
-        lr: float = 0.05,                # local SGD learning rate
-        momentum: float = 0.5,           # local SGD momentum
-        weight_decay: float = 0.0,       # local SGD weight decay
-        model: str = 'cnn',              # backbone: cnn, mlp, resnet8/20/32, resnet18/34
-        seed: int = 0,                   # seed of everything (also the partition unless --data_seed)
-        data_seed: int = None,           # partition seed (default: --seed)
-        partition: str = 'dirichlet',    # dirichlet, iid or shard
-        classes_per_client: int = 2,     # classes per client for --partition shard
-        max_per_class: int = None,       # subsample the raw train set per class (quick runs)
-        test_max_per_class: int = None,  # subsample the test set per class (quick runs)
-        eval_every: int = 10,            # evaluate every N rounds
-        ckpt_every: int = 10,            # checkpoint every N rounds
-        hp: str = '',                    # method hyperparameters, e.g. 'beta=0.6,gamma=0.1'
-        val_frac: float = 0.0,           # validation: this fraction of each client's data (PM) + a balanced global set (GM); 0 = none
-        post_epochs: int = None,         # matched post-training budget: local epochs of every method that adapts after training
-        last_k: int = 3,                 # also report the mean of the last k evaluations (*_lastk)
-        device: str = 'auto',            # cpu, cuda, cuda:1 or auto
+@config_flags()
+def run(hp: str = '',                    # method hyperparameters, e.g. 'beta=0.6,gamma=0.1'
         out: str = 'runs/run',           # output folder
         resume: bool_arg = False,        # continue from OUT/checkpoint.pt
         overwrite: bool_arg = False,     # replace the run already in OUT (finished or not)
         progress: bool_arg = True,       # show a progress bar
-       ) -> dict:
+        **config) -> dict:               # every other flag: a `FedConfig` field (`config_flags`)
     "Train one federated method and write OUT/summary.json, history.csv, config.json."
-    _check_names(method, dataset, model)
-    cfg = _cfg(**{k: v for k, v in locals().items() if k != 'hp'}, hp=parse_hp(hp)).validate()
+    cfg = _config(run, config, hp=parse_hp(hp))
+    _check_names(cfg.method, cfg.dataset, cfg.model)
+    cfg.validate()
     fed = check_run(cfg)                                  # device, data, hyperparameter values: before anything is written
     check_out(out, cfg, resume=resume, overwrite=overwrite)
     with run_lock(out):                                   # OUT/.lock: one process per folder
@@ -108,7 +113,7 @@ def run(method: str = 'fedavg',          # federated method (fedavg, fedloge, ..
         if resume and (note := check_history(out)): print(f"fedloge_nb run: {note}", file=sys.stderr)
         res = run_fl(cfg, fed, out=out, resume=resume, progress=progress)
     keys = [k for k in ('gm_acc', 'gm_many', 'gm_med', 'gm_few', 'pm_acc', 'pm_acc_weighted') if res.summary.get(k) is not None]
-    print(json.dumps({'method': method, 'out': str(out), **{k: round(res.summary[k], 2) for k in keys}}))
+    print(json.dumps({'method': cfg.method, 'out': str(out), **{k: round(res.summary[k], 2) for k in keys}}))
     return res.summary
 
 # %% ../nbs/07_cli.ipynb #12fa6671
@@ -159,35 +164,33 @@ def _finished(rdir, cfg) -> bool:
     except ValueError: return False
 
 @call_parse
+@config_flags(exclude=('method', 'seed'), lead=2)
 def compare(methods: str = 'fedavg,fedloge',   # comma-separated methods
-            seeds: str = '0',                 # comma-separated seeds (each seed draws its own partition)
-            dataset: str = 'fmnist', imb_factor: float = 100, alpha: float = 0.5, clients: int = 20,
-            frac: float = 0.5, rounds: int = 100, local_epochs: int = 1, batch_size: int = 64, lr: float = 0.05,
-            momentum: float = 0.5, weight_decay: float = 0.0, model: str = 'cnn', partition: str = 'dirichlet', classes_per_client: int = 2,
-            max_per_class: int = None, test_max_per_class: int = None, eval_every: int = 10, ckpt_every: int = 10,
-            hp: str = '',                     # e.g. 'fedloge.beta=0.6,fedprox.mu=0.01'
-            val_frac: float = 0.0, post_epochs: int = None, last_k: int = 3,   # as for `run`
-            device: str = 'auto', out: str = 'runs/compare', progress: bool_arg = True) -> str:
+            seeds: str = '0',                 # comma-separated seeds (each seed draws its own partition unless --data_seed)
+            hp: str = '',                     # method hyperparameters, e.g. 'fedloge.beta=0.6,fedprox.mu=0.01' (a bare key: every method that takes it)
+            out: str = 'runs/compare',        # output folder
+            progress: bool_arg = True,        # show progress bars
+            **config) -> str:                 # every other flag: a `FedConfig` field (`config_flags`)
     "Run several methods on the same federated data; print and save a markdown table, CSV and curves."
     from fedloge_nb.data import make_fed_data
+    base = _config(compare, config)
     ms = parse_list(methods, 'methods', example='fedavg,fedloge')
     sd = parse_list(seeds, 'seeds', int, example='0,1,2')
     for m in ms: _check_names(m)
-    _check_names(None, dataset, model)
+    _check_names(None, base.dataset, base.model)
     hpd = parse_hp(hp)
     unknown = [k for k in hpd if '.' not in k and not any(k in get_method(m).defaults for m in ms)]
     if unknown: raise ValueError(f"no method in {ms} takes hyperparameters {unknown}")
     out = Path(out); rows, hists = [], {}
-    base = {k: v for k, v in locals().items() if k not in ('methods', 'seeds', 'hp', 'out', 'ms', 'sd', 'hpd', 'unknown', 'progress', 'make_fed_data')}
     check_folder(out); fed0 = None
     for m in ms:                       # device, data and every method's hyperparameter values, checked before any write
-        c0 = _cfg(**base, method=m, seed=sd[0], hp=hp_for(m, hpd, strict=False)).validate()
+        c0 = dataclasses.replace(base, method=m, seed=sd[0], hp=hp_for(m, hpd, strict=False)).validate()
         if not _finished(out/f'{m}_seed{sd[0]}', c0): fed0 = check_run(c0, fed0)
     with run_lock(out):                # OUT/.lock: one process per folder
         for seed in sd:
             fed = fed0 if seed == sd[0] else None
             for m in ms:
-                cfg = _cfg(**base, method=m, seed=seed, hp=hp_for(m, hpd, strict=False)).validate()
+                cfg = dataclasses.replace(base, method=m, seed=seed, hp=hp_for(m, hpd, strict=False)).validate()
                 rdir = out/f'{m}_seed{seed}'
                 done = rdir/'summary.json'
                 if done.exists() and json.loads(done.read_text()).get('config') == cfg.key():
@@ -199,9 +202,10 @@ def compare(methods: str = 'fedavg,fedloge',   # comma-separated methods
                 rows.append({k: v for k, v in summary.items() if not isinstance(v, (list, dict))})
                 hists.setdefault(m, []).append(_read_history(rdir/'history.csv'))
         table = results_table(rows)
-        split = f"alpha={alpha:g}" if partition == 'dirichlet' else (f"{classes_per_client} classes per client" if partition == 'shard' else partition)
-        setting = (f"{dataset}-LT IF={imb_factor:g}, {split}, {clients} clients, frac={frac:g}, {rounds} rounds x "
-                   f"{local_epochs} local epoch(s), batch {batch_size}, lr {lr:g}, model {model}, seeds {sd}; GM many/med/few: "
+        b = base
+        split = f"alpha={b.alpha:g}" if b.partition == 'dirichlet' else (f"{b.classes_per_client} classes per client" if b.partition == 'shard' else b.partition)
+        setting = (f"{b.dataset}-LT IF={b.imb_factor:g}, {split}, {b.clients} clients, frac={b.frac:g}, {b.rounds} rounds x "
+                   f"{b.local_epochs} local epoch(s), batch {b.batch_size}, lr {b.lr:g}, model {b.model}, seeds {sd}; GM many/med/few: "
                    f"{rows[0].get('shot_rule', 'fedloge')} rule")
         save_csv(out/'results.csv', rows)
         atomic_write(out/'table.md', f"{setting}\n\n{table}\n")

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from .datasets import (ArrayData, CACHE_VERSION, DATASETS, DataMissingError, DatasetInfo, FMNIST_FILES,
                                  IMG_EXTS, arrays_from_train_test, cache_path, data_root, fmnist_source_dir,
-                                 load_dataset, load_folder, prepare_fmnist_raw, _atomic_write, _build_synthetic,
+                                 load_dataset, load_folder, prepare_fmnist_raw, atomic_write, _build_synthetic,
                                  _dataset_key)
 from .partition import (SHOT_RULES, _check_alpha, _int_arg, check_imb_factor, dirichlet_partition, iid_partition,
                                   local_test_counts, local_test_indices, long_tail_counts, long_tail_indices, partition_counts,

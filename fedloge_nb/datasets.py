@@ -14,7 +14,7 @@ import fedloge_nb
 from .partition import _int_arg, per_class_subsample
 
 # %% auto #0
-__all__ = ['CACHE_VERSION', 'FMNIST_FILES', 'IMG_EXTS', 'DATASETS', 'DataMissingError', 'data_root', 'ArrayData',
+__all__ = ['CACHE_VERSION', 'FMNIST_FILES', 'IMG_EXTS', 'DATASETS', 'DataMissingError', 'data_root', 'atomic_write', 'ArrayData',
            'arrays_from_train_test', 'cache_path', 'fmnist_source_dir', 'prepare_fmnist_raw', 'load_folder',
            'DatasetInfo', 'load_dataset']
 
@@ -30,14 +30,15 @@ def data_root(root=None) -> Path:
     repo = Path(fedloge_nb.__file__).resolve().parents[1] / 'data'
     return repo if repo.is_dir() else Path('data')
 
-def _atomic_write(path, write: Callable) -> Path:
-    "Write `path` via `write(binary_file)` into a temp file in the same folder, then os.replace: never half-written."
+def atomic_write(path, data: bytes | str | Callable) -> Path:
+    "Write `path` (bytes, str, or a writer `data(binary_file)`) into a temp file in the same folder, then os.replace: never half-written."
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
+    write = data if callable(data) else lambda f: f.write(data.encode() if isinstance(data, str) else data)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp')
     try:
         with os.fdopen(fd, 'wb') as f:
             write(f); f.flush(); os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)                     # mkstemp creates 0600; a cache is readable like any other file
+        os.chmod(tmp, 0o644)                     # mkstemp creates 0600; caches and results are read by others
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -119,7 +120,7 @@ def _save_cache(path, name, train: ArrayData, test: ArrayData):
     d = dict(version=CACHE_VERSION, name=name, classes=train.classes, mean=train.mean, std=train.std,
              x_train=train.x, y_train=train.y, x_test=test.x, y_test=test.y)
     d['check'] = {k: _checksum(d[k]) for k in _SPLITS}
-    _atomic_write(path, lambda f: torch.save(d, f))
+    atomic_write(path, lambda f: torch.save(d, f))
 
 def _load_cache(path, name) -> tuple[ArrayData, ArrayData]:
     "Read and verify a cache file; raise ValueError on any mismatch."
@@ -151,7 +152,7 @@ def fmnist_source_dir() -> Path:
     return Path(os.environ.get('FEDLOGE_FMNIST_DIR', '/usr/share/datasets/fashion-mnist'))
 
 def _gunzip(src: Path) -> Callable:
-    "A writer for `_atomic_write` that decompresses `src`."
+    "A writer for `atomic_write` that decompresses `src`."
     def write(f):
         with gzip.open(src, 'rb') as g: shutil.copyfileobj(g, f, 1 << 20)
     return write
@@ -163,7 +164,7 @@ def prepare_fmnist_raw(root=None, download=False) -> Path:
     if not missing: return raw
     src = fmnist_source_dir()
     if all((src / f'{n}.gz').is_file() for n in missing):
-        for n in missing: _atomic_write(raw / n, _gunzip(src / f'{n}.gz'))
+        for n in missing: atomic_write(raw / n, _gunzip(src / f'{n}.gz'))
         return raw
     if download:
         import torchvision

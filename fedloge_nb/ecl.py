@@ -77,6 +77,7 @@ class _PartlyTrainable(nn.Module):
 @register('ecl')
 class ECL(Algorithm):
     "ECL (Lv et al. 2024): FedAvg, then per client a balanced-softmax retrained classifier and M experts on count-sorted class groups."
+    kind = 'generic+personalised'
     defaults = dict(M=2, lam=0.5, ft_epochs=5, expert_epochs=5, ft_lr=None, tail='undersample')
 
     @classmethod

@@ -12,14 +12,16 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from tqdm.auto import tqdm
+from .datasets import atomic_write  # the one atomic file write (cache, results, checkpoints)
+_all_ = ['atomic_write']  # still importable from here (cli, sweep, scripts)
 
 # %% auto #0
-__all__ = ['METHODS', 'RUN_FILES', 'FedConfig', 'derive_seed', 'seed_everything', 'sample_clients', 'ClientData',
+__all__ = ['METHODS', 'KINDS', 'RUN_FILES', 'FedConfig', 'derive_seed', 'seed_everything', 'sample_clients', 'ClientData',
            'client_datasets', 'weighted_average', 'ClientResult', 'register', 'Algorithm', 'shared', 'local_sgd',
            'FedAvg', 'get_method', 'matched_hp', 'make_algorithm', 'group_accuracy', 'eval_mode', 'evaluate',
-           'atomic_write', 'save_json', 'save_csv', 'save_checkpoint', 'load_checkpoint', 'DivergenceError',
+           'forward_batched', 'save_json', 'save_csv', 'save_checkpoint', 'load_checkpoint', 'DivergenceError',
            'check_finite', 'check_device', 'lock_holder', 'check_folder', 'check_out', 'clear_run', 'run_lock',
-           'check_history', 'RunResult', 'last_k_means', 'start_run', 'run_fl', 'check_run']
+           'check_history', 'RunResult', 'last_k_means', 'start_run', 'run_fl', 'check_run', 'atomic_write']
 
 # %% ../nbs/04_federated.ipynb #98d60cf2
 def _auto_device(device: str | None) -> str:
@@ -29,30 +31,30 @@ def _auto_device(device: str | None) -> str:
 @dataclass
 class FedConfig:
     "Everything that defines a federated run: data protocol, federation, local optimisation, method hyperparameters."
-    method: str = 'fedavg'
-    dataset: str = 'fmnist'
-    imb_factor: float = 100.0          # n_max / n_min (>= 1)
-    alpha: float = 0.5                 # Dirichlet concentration
-    clients: int = 20                  # K
-    partition: str = 'dirichlet'       # 'dirichlet' | 'iid' | 'shard'
-    classes_per_client: int = 2        # for partition='shard'
+    method: str = 'fedavg'             # federated method (fedavg, fedloge, ...)
+    dataset: str = 'fmnist'            # fmnist, cifar10, cifar100, digits, synthetic
+    imb_factor: float = 100.0          # imbalance factor n_max / n_min (>= 1)
+    alpha: float = 0.5                 # Dirichlet concentration of the non-IID split
+    clients: int = 20                  # number of clients K
+    partition: str = 'dirichlet'       # dirichlet, iid or shard
+    classes_per_client: int = 2        # classes per client for partition shard
     data_seed: int | None = None       # partition seed (None: same as seed)
-    max_per_class: int | None = None   # subsample raw train set per class (fast tests)
-    test_max_per_class: int | None = None
-    min_size: int | None = None
+    max_per_class: int | None = None   # subsample the raw train set per class (quick runs)
+    test_max_per_class: int | None = None  # subsample the test set per class (quick runs)
+    min_size: int | None = None        # Dirichlet split: at least this many samples per client (None: min(10, N/2K))
     shot_rule: str = 'fedloge'         # many/med/few rule: 'fedloge' (75%/95%) or 'count' (>100/20-100/<20)
-    model: str = 'cnn'
-    frac: float = 0.5                  # participation per round
-    rounds: int = 100
-    local_epochs: int = 1
-    batch_size: int = 64
-    lr: float = 0.05
-    momentum: float = 0.5
-    weight_decay: float = 0.0
-    seed: int = 0
-    device: str = 'auto'
-    eval_every: int = 10
-    ckpt_every: int = 10
+    model: str = 'cnn'                 # backbone: cnn, mlp, resnet8/20/32, resnet18/34
+    frac: float = 0.5                  # fraction of clients per round, in (0, 1]
+    rounds: int = 100                  # communication rounds
+    local_epochs: int = 1              # local epochs per round
+    batch_size: int = 64               # local batch size
+    lr: float = 0.05                   # local SGD learning rate
+    momentum: float = 0.5              # local SGD momentum
+    weight_decay: float = 0.0          # local SGD weight decay
+    seed: int = 0                      # seed of everything (also the partition unless data_seed is set)
+    device: str = 'auto'               # cpu, cuda, cuda:1 or auto
+    eval_every: int = 10               # evaluate every N rounds
+    ckpt_every: int = 10               # checkpoint every N rounds
     hp: dict = field(default_factory=dict)   # method hyperparameters (e.g. beta, gamma, mu)
     val_frac: float = 0.0              # held-out validation: this fraction of each client's data (PM) + a balanced global set (GM)
     post_epochs: int | None = None     # matched post-training budget: local epochs of every method that adapts after training
@@ -172,9 +174,15 @@ class ClientResult:
 
 METHODS: dict = {}
 
+KINDS = {'generic': 'one generic model, also the model every client uses (PM may mask it to the local classes)',
+         'personalised': 'personalised models only, no generic model (has_global = False: GM is n/a)',
+         'generic+personalised': 'a generic model and personalised models, trained jointly or adapted after training'}
+
 def register(name: str):
-    "Class decorator adding an `Algorithm` to `METHODS` under its CLI name."
+    "Class decorator adding an `Algorithm` to `METHODS` under its CLI name (checks its `kind`, sets `has_global` from it)."
     def deco(cls):
+        if cls.kind not in KINDS: raise ValueError(f"{cls.__name__}.kind={cls.kind!r}: use one of {list(KINDS)}")
+        cls.has_global = cls.kind != 'personalised'
         cls.name = name; METHODS[name] = cls; return cls
     return deco
 
@@ -182,7 +190,8 @@ class Algorithm:
     "Base class of federated methods; the defaults implement FedAvg's hooks."
     name = 'base'
     defaults: dict = {}
-    has_global = True                 # False: GM is not applicable (FedPer, LG-FedAvg, Local)
+    has_global = True                 # set by `register` from `kind`: False for 'personalised' (GM is not applicable)
+    kind = 'generic'                  # what the method trains: one of KINDS (each registered method declares it)
     primary_global = 'global'
     primary_personal = 'global'
 
@@ -193,10 +202,14 @@ class Algorithm:
         self.device = torch.device('cpu')
 
     # --- model ---
-    def build(self, fed, cfg: FedConfig):
-        "Create `self.net` (the server model) and `self.local` (the scratch copy clients train)."
+    def build_net(self, fed, cfg: FedConfig) -> nn.Module:
+        "The server model, untrained (default: `models.make_net(cfg.model)` with a biased linear head)."
         from fedloge_nb.models import make_net
-        self.net = make_net(cfg.model, fed.num_classes, fed.in_channels, fed.img_size, bias=True).to(self.device)
+        return make_net(cfg.model, fed.num_classes, fed.in_channels, fed.img_size, bias=True)
+
+    def build(self, fed, cfg: FedConfig):
+        "Create `self.net` (`build_net`, on `self.device`) and `self.local` (the scratch copy clients train)."
+        self.net = self.build_net(fed, cfg).to(self.device)
         self.local = copy.deepcopy(self.net)
 
     def is_shared(self, key: str) -> bool:
@@ -277,16 +290,15 @@ def local_sgd(model, data: ClientData, cfg: FedConfig, seed: int, loss_fn, param
 @register('fedavg')
 class FedAvg(Algorithm):
     "FedAvg (McMahan et al. 2017): local SGD, sample-weighted averaging of the whole model."
+    kind = 'generic'
 
 # %% ../nbs/04_federated.ipynb #c29608e9
 _METHOD_MODULES = ['fedloge_nb.fedloge', 'fedloge_nb.baselines', 'fedloge_nb.baselines_lt', 'fedloge_nb.fedetf',
                    'fedloge_nb.gmv', 'fedloge_nb.ecl']
 
 def _load_methods():
-    for m in _METHOD_MODULES:
-        try: importlib.import_module(m)
-        except ModuleNotFoundError as e:
-            if e.name != m: raise
+    "Import every module that registers methods (an import error is raised, never skipped)."
+    for m in _METHOD_MODULES: importlib.import_module(m)
 
 def get_method(name: str):
     "The `Algorithm` class registered as `name`."
@@ -368,20 +380,13 @@ def evaluate(algo: Algorithm, fed, clients: list, client_states: list, bs: int =
         res['pm_clients'] = len(per.get(algo.primary_personal, []))
     return res
 
-# %% ../nbs/04_federated.ipynb #6a7c2608
-def atomic_write(path, data: bytes | str):
-    "Write `data` to `path` atomically (temp file in the same folder + os.replace)."
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp')
-    try:
-        with os.fdopen(fd, 'wb') as f:
-            f.write(data.encode() if isinstance(data, str) else data); f.flush(); os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)   # mkstemp creates 0600; results are meant to be read by others
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp): os.unlink(tmp)
-        raise
+# %% ../nbs/04_federated.ipynb #e0245a00
+@torch.no_grad()
+def forward_batched(fn, x: torch.Tensor, bs: int = 1024) -> torch.Tensor:
+    "`fn(x)` in batches of `bs` rows under no_grad, concatenated (x must not be empty)."
+    return torch.cat([fn(x[i:i + bs]) for i in range(0, len(x), bs)])
 
+# %% ../nbs/04_federated.ipynb #6a7c2608
 def save_json(path, obj): atomic_write(path, json.dumps(obj, indent=1, default=_json_default) + '\n')
 
 def _json_default(o):

@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.func import functional_call
-from .federated import Algorithm, ClientResult, register, shared, derive_seed, local_sgd
+from .federated import Algorithm, ClientResult, register, shared, derive_seed, local_sgd, forward_batched
 from .models import make_backbone
 from .etf import simplex_etf
 
@@ -43,7 +43,7 @@ def balanced_softmax_loss(logits: torch.Tensor, y: torch.Tensor, counts) -> torc
 def _fixed_features(backbone, data, bs: int = 1024):
     "Backbone features of all training images (eval mode, no grad), or None when the data are augmented."
     if data.augment is not None: return None
-    with torch.no_grad(): return torch.cat([backbone(data.x[i:i + bs]) for i in range(0, len(data), bs)])
+    return forward_batched(backbone, data.x, bs)
 
 def _feature_batches(backbone, data, H, batch_size: int, seed: int, epochs: int):
     "Seeded (features, labels) batches: over cached features H, or through the frozen backbone when H is None."
@@ -55,6 +55,7 @@ def _feature_batches(backbone, data, H, batch_size: int, seed: int, epochs: int)
 @register('fedetf')
 class FedETF(Algorithm):
     "FedETF (Li et al., ICCV 2023): normalised projection onto a fixed C x C simplex ETF, balanced loss, Algorithm 2 finetuning."
+    kind = 'generic+personalised'
     defaults = dict(beta0=1.0, p_epochs=None, p_iters=20, etf_epochs=3, proj_epochs=3, etf_lr=0.1, proj_lr=0.05,
                     proj_momentum=0.9, proj_wd=5e-4, personal='paper')
     primary_global = 'global'
@@ -72,12 +73,11 @@ class FedETF(Algorithm):
         for k in ('p_iters', 'etf_epochs', 'proj_epochs'):
             if int(self.hp[k]) < 0: raise ValueError(f"{k}={self.hp[k]} must be >= 0")
 
-    def build(self, fed, cfg):
+    def build_net(self, fed, cfg):
         bb = make_backbone(cfg.model, fed.in_channels, fed.img_size)
         C = fed.num_classes
         etf = simplex_etf(C, C, seed=derive_seed(cfg.seed, 'fedetf_etf') % (2**31))
-        self.net = ETFNet(bb, etf, self.hp['beta0']).to(self.device)
-        self.local = copy.deepcopy(self.net)
+        return ETFNet(bb, etf, self.hp['beta0'])
 
     def is_shared(self, key): return key != 'etf'
 

@@ -32,6 +32,7 @@ class FedLoGeNet(nn.Module):
 @register('fedloge')
 class FedLoGe(Algorithm):
     "FedLoGe (Xiao et al., ICLR 2024): SSE-C backbone + aggregated psi + local phi_k, then GA-FR / LA-FR."
+    kind = 'generic+personalised'
     defaults = dict(beta=0.6, gamma=1.0, sse_steps=10_000, sse_lr=1e-4, classifier='sse_c', ga_fr=True, la_fr=True,
                     ft_epochs=5, ft_lr=None, personal='paper')
 
@@ -52,11 +53,13 @@ class FedLoGe(Algorithm):
         if self.hp['classifier'] == 'etf': return simplex_etf(d, C, seed=seed) * self.hp['gamma']
         return sse_c(d, C, beta=self.hp['beta'], gamma=self.hp['gamma'], steps=self.hp['sse_steps'], lr=self.hp['sse_lr'], seed=seed)[0]
 
-    def build(self, fed, cfg):
+    def build_net(self, fed, cfg):
         theta = make_backbone(cfg.model, fed.in_channels, fed.img_size)
         W = self.fixed_classifier(theta.feature_dim, fed.num_classes, derive_seed(cfg.seed, 'sse_c') % (2**31))
-        self.net = FedLoGeNet(theta, W, fed.num_classes).to(self.device)
-        self.local = copy.deepcopy(self.net)
+        return FedLoGeNet(theta, W, fed.num_classes)
+
+    def build(self, fed, cfg):
+        super().build(fed, cfg)
         self.psi_norms0 = self.net.psi.weight.detach().norm(dim=1).cpu()
 
     @classmethod
@@ -105,13 +108,12 @@ class FedLoGe(Algorithm):
     def personal_logits(self, x, cstate, data):
         h = self.net.theta(x); psi, phi, n = self.net.psi.weight, cstate['phi'], data.counts
         phi_p = cstate.get('phi_prime', la_fr(psi, phi))                 # finetuned phi'_k after `finish`
-        lp = h @ phi_p.T
         return {'phi': h @ phi.T,
-                'la_fr': mask_logits(lp, n),                             # paper: {theta, phi'_k}
-                'la_fr_ref': mask_logits(lp + h @ phi.T, n),             # reference code: phi_k(h) + phi'_k(h)
-                'la_fr_noft': mask_logits(h @ la_fr(psi, phi).T, n),     # Eq. 7 before finetuning
-                'la_fr_dist': mask_logits(h @ la_fr_dist(psi, n).T, n),  # A.8: true local distribution instead of ||phi||
-                'ga_fr': h @ ga_fr(psi).T}                               # the generic model on local data
+                'la_fr': personal_logits(h, phi_p, counts=n),                      # paper: {theta, phi'_k}
+                'la_fr_ref': personal_logits(h, phi_p, phi, n, form='reference'),  # reference code: phi_k(h) + phi'_k(h)
+                'la_fr_noft': personal_logits(h, la_fr(psi, phi), counts=n),       # Eq. 7 before finetuning
+                'la_fr_dist': personal_logits(h, la_fr_dist(psi, n), counts=n),    # A.8: true local distribution instead of ||phi||
+                'ga_fr': h @ ga_fr(psi).T}                                         # the generic model on local data
 
     # --- stages 2-3 ---
     def finish(self, fed, cfg, clients, client_states):

@@ -8,7 +8,7 @@ import copy
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from .federated import Algorithm, ClientResult, register, shared, derive_seed, local_sgd, weighted_average
+from .federated import Algorithm, ClientResult, register, shared, derive_seed, local_sgd, weighted_average, forward_batched
 from .models import make_backbone
 from .etf import simplex_etf
 from .sse_c import FixedClassifier
@@ -50,12 +50,10 @@ def gmv_update(mu: torch.Tensor, means: list, has: list) -> torch.Tensor:
     return torch.where((cnt > 0)[:, None], new, mu)
 
 # %% ../nbs/09a_gmv.ipynb #3980f4f2
-def _features(backbone, x, bs: int = 1024) -> torch.Tensor:
-    with torch.no_grad(): return torch.cat([backbone(x[i:i + bs]) for i in range(0, len(x), bs)])
-
 @register('fedavg_etf_gmv')
 class FedAvgETFGMV(Algorithm):
     "FedAvg + fixed simplex ETF classifier + global memory vectors (Huang et al. 2023, Algorithm 1)."
+    kind = 'generic'
     defaults = dict(scale=1.0, gmv=True, a=0.5, warmup=50, mu=0.0)
 
     def __init__(self, **hp):
@@ -63,11 +61,13 @@ class FedAvgETFGMV(Algorithm):
         if self.hp['mu'] < 0: raise ValueError(f"mu={self.hp['mu']}: the FedProx coefficient must be >= 0")
         if int(self.hp['warmup']) < 1: raise ValueError(f"warmup={self.hp['warmup']}: the warm-up round R_warm must be >= 1")
 
-    def build(self, fed, cfg):
+    def build_net(self, fed, cfg):
         bb = make_backbone(cfg.model, fed.in_channels, fed.img_size)
         W = simplex_etf(bb.feature_dim, fed.num_classes, seed=derive_seed(cfg.seed, 'gmv_etf') % (2**31)) * float(self.hp['scale'])
-        self.net = ETFGMVNet(bb, W).to(self.device)
-        self.local = copy.deepcopy(self.net)
+        return ETFGMVNet(bb, W)
+
+    def build(self, fed, cfg):
+        super().build(fed, cfg)
         self.num_classes = fed.num_classes
 
     def is_shared(self, key): return not key.startswith('etf.')
@@ -93,7 +93,7 @@ class FedAvgETFGMV(Algorithm):
         state = shared(net, self.is_shared)
         if self.hp['gmv'] and len(data):
             net.eval()
-            state['gmv.client_mean'], state['gmv.client_has'] = class_means(_features(net.backbone, data.x), data.y, self.num_classes)
+            state['gmv.client_mean'], state['gmv.client_has'] = class_means(forward_batched(net.backbone, data.x), data.y, self.num_classes)
         return ClientResult(state, cstate, len(data), loss)
 
     def aggregate(self, gstate, results):
@@ -110,9 +110,11 @@ class FedAvgETFGMV(Algorithm):
 @register('fedavg_etf')
 class FedAvgETF(FedAvgETFGMV):
     "FedAvg with a fixed simplex ETF classifier, no memory vectors (Huang et al. 2023, Table 2, '+ETF')."
+    kind = 'generic'
     defaults = {**FedAvgETFGMV.defaults, 'gmv': False}
 
 @register('fedprox_etf_gmv')
 class FedProxETFGMV(FedAvgETFGMV):
     "FedProx (squared proximal term) + fixed simplex ETF classifier + global memory vectors."
+    kind = 'generic'
     defaults = {**FedAvgETFGMV.defaults, 'mu': 0.01}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 import torch.nn as nn
-from .federated import group_accuracy, derive_seed
+from .federated import group_accuracy, derive_seed, forward_batched
 from .realign import la_fr, mask_logits, finetune_head
 
 # %% auto #0
@@ -31,10 +31,6 @@ def gm_groups(algo, fed, bs: int = 2048):
     return pd.DataFrame({mode: {k: 100 * v for k, v in group_accuracy(torch.cat(p), y, fed.shots).items()} for mode, p in preds.items()}).T
 
 # %% ../nbs/14_realign_analysis.ipynb #d68136a2
-@torch.no_grad()
-def _feats(theta, x, bs=1024):
-    return torch.cat([theta(x[i:i + bs]) for i in range(0, len(x), bs)]) if len(x) else None
-
 def finetune_curve(algo, clients: list, client_states: list, cfg, epochs=range(16), lr: float | None = None):
     "PM accuracy (%) after LA-FR and e epochs of local head finetuning (theta frozen), for each e in `epochs`, as in FedLoGe.finish."
     import pandas as pd
@@ -44,7 +40,7 @@ def finetune_curve(algo, clients: list, client_states: list, cfg, epochs=range(1
     try:
         for k, (d, cs) in enumerate(zip(clients, client_states)):
             if len(d.y_test) == 0: continue
-            h, ht = _feats(theta, d.x), _feats(theta, d.x_test); n[k] = len(d.y_test)
+            h, ht = forward_batched(theta, d.x) if len(d.x) else None, forward_batched(theta, d.x_test); n[k] = len(d.y_test)
             W0 = la_fr(psi, cs['phi'])
             for i, e in enumerate(epochs):
                 W = W0 if h is None or e == 0 else finetune_head(W0, h, d.y, epochs=e, lr=lr, momentum=cfg.momentum, batch_size=cfg.batch_size,

@@ -1,8 +1,9 @@
-"""The baselines of 08_baselines / 08a_baselines_lt through the CLI (`fedloge_nb run` / `compare`) and through resume.
+"""Every registered method through the CLI (`fedloge_nb run` / `compare`) and through resume.
 
-The notebooks test each method's mechanism; these tests check that every name is reachable from the shell, that
-hyperparameters are routed per method, that GM is n/a exactly for the methods without a global model, and that an
-interrupted run of a method with client or server state resumes to the same numbers.
+The notebooks test each method's mechanism; these tests check that every name in the registry (`METHODS`, after
+importing every method module) is reachable from the shell, that hyperparameters are routed per method, that GM is
+n/a exactly for the methods without a global model, and that an interrupted run resumes to the same numbers. The
+method lists come from the registry, so a new method is covered without editing this file.
 """
 import dataclasses, json, os, subprocess, sys
 from pathlib import Path
@@ -10,11 +11,15 @@ import pytest
 
 os.environ.setdefault('OMP_NUM_THREADS', '1')
 from fedloge_nb.cli import main
-from fedloge_nb.federated import FedConfig, run_fl, get_method, make_algorithm, METHODS, _load_methods
+import fedloge_nb
+from fedloge_nb.federated import FedConfig, run_fl, get_method, make_algorithm, METHODS, KINDS, _load_methods, _METHOD_MODULES
 
-PFL = ['fedprox', 'fedbn', 'fedper', 'fedrep', 'lg_fedavg', 'ditto', 'local']
-LT = ['fedrod', 'fedbabu', 'ratio_loss', 'fedlc', 'fedavg_ft', 'lws', 'tau_norm']
-NO_GM = {'fedper', 'lg_fedavg', 'local'}
+_load_methods()                                       # raises if a method module does not import
+ALL = sorted(METHODS)                                 # every registered method
+NO_GM = {m for m in ALL if not METHODS[m].has_global}
+FAST_HP = {'fedloge': {'sse_steps': 50, 'sse_lr': 0.01},  # speed only: FedLoGe's default SSE-C optimisation takes 10k steps,
+           'fedetf': {'p_iters': 2}}                    # FedETF's personalisation 20 iterations
+MODEL = {'fedbn': 'resnet8'}                          # resume: FedBN's local BatchNorm state needs a model with BatchNorm
 TINY = ['--dataset', 'digits', '--imb_factor', '10', '--clients', '4', '--frac', '0.5', '--model', 'mlp',
         '--batch_size', '16', '--lr', '0.05', '--progress', 'false']
 BIN = Path(sys.executable).parent / 'fedloge_nb'
@@ -25,30 +30,41 @@ def metrics(summary):
     return {k: v for k, v in summary.items() if not k.endswith(('time_s', 'per_round'))}
 
 
-def test_all_baselines_registered():
-    _load_methods()
-    for m in PFL + LT: assert m in METHODS and get_method(m).name == m
+def test_every_method_module_is_loaded():
+    "Every module of the package that registers a method is in _METHOD_MODULES (else its methods would be unknown to the CLI)."
+    pkg = Path(fedloge_nb.__file__).parent
+    registering = {f'fedloge_nb.{f.stem}' for f in pkg.glob('*.py') if '@register(' in f.read_text() and f.stem != 'federated'}
+    assert registering == set(_METHOD_MODULES)
+    for m in ALL: assert get_method(m).name == m and METHODS[m].kind in KINDS and 'kind' in vars(METHODS[m])
+    assert NO_GM == {m for m in ALL if METHODS[m].kind == 'personalised'} and len(ALL) >= 21
 
 
-@pytest.mark.parametrize('method', PFL + LT)
-def test_run_every_baseline(method, tmp_path, capsys):
+def hp_args(method):
+    "--hp for FAST_HP (nothing for the other methods)."
+    return ['--hp', ','.join(f'{k}={v}' for k, v in FAST_HP[method].items())] if method in FAST_HP else []
+
+
+@pytest.mark.parametrize('method', ALL)
+def test_run_every_method(method, tmp_path, capsys):
     out = tmp_path / method
-    main(['run', '--method', method, *TINY, '--rounds', '2', '--eval_every', '1', '--out', str(out)])
+    main(['run', '--method', method, *TINY, '--rounds', '2', '--eval_every', '1', '--out', str(out), *hp_args(method)])
     s = json.loads((out / 'summary.json').read_text())
     assert s['method'] == method and s['rounds'] == 2
     assert (s['gm_acc'] is None) == (method in NO_GM)
     assert 0 <= s['pm_acc'] <= 100 and s['pm_clients'] == 4
-    assert s['hp'] == get_method(method).defaults
+    assert s['hp'] == {**get_method(method).defaults, **FAST_HP.get(method, {})}
     assert len((out / 'history.csv').read_text().splitlines()) == 3       # header + rounds 1, 2
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert printed['method'] == method and ('gm_acc' in printed) == (method not in NO_GM)
 
 
-def test_compare_all_baselines(tmp_path, capsys):
+HP = ','.join(['fedprox.mu=0,fedlc.tau=0,tau_norm.tau=0,ditto.lam=1'] + [f'{m}.{k}={v}' for m, d in FAST_HP.items() for k, v in d.items()])
+
+
+def test_compare_all_methods(tmp_path, capsys):
     out = tmp_path / 'cmp'
-    ms = ['fedavg'] + PFL + LT
-    main(['compare', '--methods', ','.join(ms), '--seeds', '0', *TINY, '--rounds', '1', '--out', str(out),
-          '--hp', 'fedprox.mu=0,fedlc.tau=0,tau_norm.tau=0,ditto.lam=1'])
+    ms = ALL
+    main(['compare', '--methods', ','.join(ms), '--seeds', '0', *TINY, '--rounds', '1', '--out', str(out), '--hp', HP])
     table = (out / 'table.md').read_text()
     rows = {l.split('|')[1].strip(): l for l in table.splitlines() if l.startswith('| ') and not l.startswith('| method')}
     assert set(rows) == set(ms)
@@ -63,16 +79,15 @@ def test_compare_all_baselines(tmp_path, capsys):
     assert res['ditto']['gm_acc'] == res['fedavg']['gm_acc']              # Ditto's global model is FedAvg's
     # a second call resumes every finished cell instead of re-running it
     before = {m: (out / f'{m}_seed0' / 'summary.json').stat().st_mtime_ns for m in ms}
-    main(['compare', '--methods', ','.join(ms), '--seeds', '0', *TINY, '--rounds', '1', '--out', str(out),
-          '--hp', 'fedprox.mu=0,fedlc.tau=0,tau_norm.tau=0,ditto.lam=1'])
+    main(['compare', '--methods', ','.join(ms), '--seeds', '0', *TINY, '--rounds', '1', '--out', str(out), '--hp', HP])
     assert before == {m: (out / f'{m}_seed0' / 'summary.json').stat().st_mtime_ns for m in ms}
 
 
-def test_unknown_method_lists_the_baselines():
+def test_unknown_method_lists_every_method():
     p = subprocess.run([str(BIN), 'run', '--method', 'fedsomething', *TINY, '--rounds', '1', '--out', '/tmp/never'],
                        capture_output=True, text=True, env={**os.environ, 'OMP_NUM_THREADS': '1'}, timeout=300)
     assert p.returncode == 2
-    for m in PFL + LT + ['fedavg', 'fedloge']: assert m in p.stderr, m
+    for m in ALL: assert m in p.stderr, m
 
 
 @pytest.mark.parametrize('args, msg', [
@@ -89,11 +104,10 @@ def test_bad_hyperparameters_exit_2(args, msg, tmp_path, main_in_process):
 class _Stop(Exception): pass
 
 
-@pytest.mark.parametrize('method, model', [('fedbn', 'resnet8'), ('fedrep', 'mlp'), ('ditto', 'mlp'),
-                                           ('ratio_loss', 'mlp'), ('fedrod', 'mlp'), ('lws', 'mlp'), ('local', 'mlp')])
-def test_interrupted_run_resumes_to_the_same_numbers(method, model, tmp_path):
-    cfg = FedConfig(method=method, dataset='digits', imb_factor=10, clients=4, model=model, frac=0.5, rounds=4,
-                    batch_size=16, lr=0.05, eval_every=1, ckpt_every=1, device='cpu')
+@pytest.mark.parametrize('method', ALL)
+def test_interrupted_run_resumes_to_the_same_numbers(method, tmp_path):
+    cfg = FedConfig(method=method, dataset='digits', imb_factor=10, clients=4, model=MODEL.get(method, 'mlp'), frac=0.5,
+                    rounds=3, batch_size=16, lr=0.05, eval_every=1, ckpt_every=1, device='cpu', hp=FAST_HP.get(method, {}))
     full = run_fl(cfg, out=tmp_path / 'full', progress=False)
     algo = make_algorithm(cfg); calls = {'n': 0}; agg = algo.aggregate
     def dying(gstate, results):

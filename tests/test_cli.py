@@ -101,3 +101,22 @@ def test_resume_errors(tmp_path, main_in_process):
     assert code == 2 and 'corrupted' in se
     code, _, se = main_in_process('run', *TINY, '--rounds', '3', '--out', out)
     assert code == 2 and 'different config' in se and 'rounds' in se
+
+def test_every_config_field_is_a_flag(tmp_path, main_in_process):
+    "run and compare take their flags from FedConfig: every field is listed with its help and reaches the run's config."
+    from dataclasses import fields
+    from fedloge_nb.federated import FedConfig
+    for cmd, skip in (('run', set()), ('compare', {'method', 'seed'})):
+        code, so, _ = main_in_process(cmd, '--help')
+        assert code == 0
+        for f in fields(FedConfig):
+            if f.name not in skip: assert f'--{f.name} ' in so, (cmd, f.name)
+    code, _, se = main_in_process('run', *TINY, '--rounds', '1', '--min_size', '5', '--shot_rule', 'count', '--out', tmp_path / 'r')
+    assert code == 0, se
+    c = json.loads((tmp_path / 'r' / 'summary.json').read_text())['config']
+    assert c['min_size'] == 5 and c['shot_rule'] == 'count'
+    code, _, se = main_in_process('compare', '--methods', 'fedavg', '--seeds', '0,1', '--data_seed', '7', *TINY, '--rounds', '1',
+                                  '--out', tmp_path / 'c')
+    assert code == 0, se
+    cs = [json.loads((tmp_path / 'c' / f'fedavg_seed{s}' / 'summary.json').read_text())['config'] for s in (0, 1)]
+    assert [c['data_seed'] for c in cs] == [7, 7] and [c['seed'] for c in cs] == [0, 1]

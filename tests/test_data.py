@@ -85,12 +85,12 @@ def test_failed_cache_write_leaves_nothing(tmp_path, tiny_cached, monkeypatch):
 
 
 def test_interrupted_write_keeps_old_file(tmp_path):
-    p = D._atomic_write(tmp_path / 'f.bin', lambda f: f.write(b'old'))
+    p = D.atomic_write(tmp_path / 'f.bin', lambda f: f.write(b'old'))
     def interrupted(f):
         f.write(b'new but incomplete')
         raise KeyboardInterrupt
     with pytest.raises(KeyboardInterrupt):
-        D._atomic_write(p, interrupted)
+        D.atomic_write(p, interrupted)
     assert p.read_bytes() == b'old' and _no_tmp_left(tmp_path)
 
 

@@ -21,7 +21,7 @@ __all__ = ['METHODS', 'KINDS', 'RUN_FILES', 'FedConfig', 'derive_seed', 'seed_ev
            'FedAvg', 'get_method', 'matched_hp', 'make_algorithm', 'group_accuracy', 'eval_mode', 'evaluate',
            'forward_batched', 'save_json', 'save_csv', 'save_checkpoint', 'load_checkpoint', 'DivergenceError',
            'check_finite', 'check_device', 'lock_holder', 'check_folder', 'check_out', 'clear_run', 'run_lock',
-           'check_history', 'RunResult', 'last_k_means', 'start_run', 'run_fl', 'check_run', 'atomic_write']
+           'check_history', 'RunResult', 'last_k_means', 'hp_key', 'start_run', 'run_fl', 'check_run', 'atomic_write']
 
 # %% ../nbs/04_federated.ipynb #98d60cf2
 def _auto_device(device: str | None) -> str:
@@ -569,6 +569,10 @@ def last_k_means(history: list, final: dict, k: int) -> dict:
         if vals: out[f'{m}_lastk'] = float(np.mean(vals))
     return out
 
+def hp_key(algo) -> str:
+    "The method's resolved hyperparameters as canonical JSON (stored in checkpoints: a changed default must not resume silently)."
+    return json.dumps(algo.hp, sort_keys=True, default=str)
+
 def _scalars(d: dict) -> dict: return {k: v for k, v in d.items() if not isinstance(v, (list, dict, tuple))}
 
 def _evaluate_all(algo, fed, clients, client_states) -> dict:
@@ -634,6 +638,9 @@ def run_fl(cfg: FedConfig, fed=None, out=None, resume: bool = False, progress: b
         ck = load_checkpoint(out/'checkpoint.pt')
         if ck.get('config') != json.dumps(key, sort_keys=True):
             raise ValueError(f"{out/'checkpoint.pt'} was written by a different config; delete it or use another --out")
+        if 'hp' in ck and ck['hp'] != hp_key(algo):
+            raise ValueError(f"{out/'checkpoint.pt'} was trained with hyperparameters {ck['hp']}, but the method's current defaults give "
+                             f"{hp_key(algo)} (a default changed): pass the old values with --hp, or start over without --resume")
         gstate, client_states, history, start = ck['global'], ck['clients'], ck['history'], ck['round']
         train_time = ck.get('train_time', 0.0)
         algo.load_global({k: v.to(algo.device) for k, v in gstate.items()})
@@ -652,7 +659,7 @@ def run_fl(cfg: FedConfig, fed=None, out=None, resume: bool = False, progress: b
             if out is not None: save_csv(out/'history.csv', history)
         if out is not None and (rnd % cfg.ckpt_every == 0 or rnd == cfg.rounds):
             save_checkpoint(out/'checkpoint.pt', {'round': rnd, 'global': gstate, 'clients': client_states, 'history': history,
-                                                  'extra': algo.extra_state(), 'config': json.dumps(key, sort_keys=True),
+                                                  'extra': algo.extra_state(), 'config': json.dumps(key, sort_keys=True), 'hp': hp_key(algo),
                                                   'train_time': train_time})
     own = None
     if matched_hp(type(algo), cfg):                  # keep the pre-finish state: the method's own post-training budget runs on it too

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 import numpy as np
 from fastcore.script import call_parse, bool_arg, store_true
-from .federated import FedConfig, run_fl, get_method, save_json, save_csv, atomic_write, load_checkpoint, last_k_means, check_device, make_algorithm
+from .federated import FedConfig, run_fl, get_method, save_json, save_csv, atomic_write, load_checkpoint, last_k_means, check_device, make_algorithm, hp_key
 from .cli import COMMANDS, hp_for, _check_names, _read_history, plot_curves
 
 # %% auto #0
@@ -195,7 +195,9 @@ def run_cell(cell: Cell, out, fed=None, progress: bool = False, keep_checkpoints
     if d.exists() and (c is None or c.get('config') != key): shutil.rmtree(d)   # another config, or a folder without config
     resume = False
     if (d/'checkpoint.pt').exists():
-        try: resume = load_checkpoint(d/'checkpoint.pt').get('config') == json.dumps(key, sort_keys=True)
+        try:
+            ck = load_checkpoint(d/'checkpoint.pt')
+            resume = ck.get('config') == json.dumps(key, sort_keys=True) and ck.get('hp', hp_key(make_algorithm(cell.cfg))) == hp_key(make_algorithm(cell.cfg))
         except ValueError: resume = False
         if not resume: (d/'checkpoint.pt').unlink()
     if (d/'error.txt').exists(): (d/'error.txt').unlink()

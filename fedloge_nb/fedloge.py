@@ -33,7 +33,7 @@ class FedLoGeNet(nn.Module):
 class FedLoGe(Algorithm):
     "FedLoGe (Xiao et al., ICLR 2024): SSE-C backbone + aggregated psi + local phi_k, then GA-FR / LA-FR."
     kind = 'generic+personalised'
-    defaults = dict(beta=0.6, gamma=1.0, sse_steps=10_000, sse_lr=1e-4, classifier='sse_c', ga_fr=True, la_fr=True,
+    defaults = dict(beta=0.6, gamma=4.0, sse_steps=10_000, sse_lr=1e-4, classifier='sse_c', ga_fr=True, la_fr=True,
                     ft_epochs=5, ft_lr=None, personal='paper')
 
     def __init__(self, **hp):

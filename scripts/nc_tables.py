@@ -1,4 +1,4 @@
-"""Markdown tables of every GM / PM inference mode from the run folders of a `compare` (or nc_shard.py) output.
+"""Markdown tables of every GM / PM inference mode from the run folders of a `compare` output.
 
     python scripts/nc_tables.py results/nc_methods/fmnist_if100_a02
 

@@ -8,7 +8,7 @@ import copy
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from .federated import Algorithm, ClientResult, register, shared, derive_seed
+from .federated import Algorithm, ClientResult, register, shared, derive_seed, forward_batched
 from .models import make_backbone, make_head
 from .sse_c import sse_c, FixedClassifier
 from .etf import simplex_etf
@@ -125,7 +125,7 @@ class FedLoGe(Algorithm):
         if len(lrs) > 1 and not any(has_val):
             raise ValueError(f"ft_lr={self.hp['ft_lr']} lists candidates to choose on validation data, but the run has none: set --val_frac (e.g. 0.1)")
         self.net.eval(); psi = self.net.psi.weight.detach()
-        feats = lambda x: torch.cat([self.net.theta(x[i:i + 1024]) for i in range(0, len(x), 1024)])
+        feats = lambda x: forward_batched(self.net.theta, x)
         with torch.no_grad():
             H = [feats(d.x) if len(d) else None for d in clients]
             Hv = [feats(d.x_val) if v else None for d, v in zip(clients, has_val)]

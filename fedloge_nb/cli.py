@@ -13,8 +13,8 @@ from .federated import FedConfig, run_fl, get_method, METHODS, _load_methods, sa
 from .federated import DivergenceError, check_device, check_run, check_folder, check_out, run_lock, clear_run, check_history
 
 # %% auto #0
-__all__ = ['TABLE_COLS', 'COMMANDS', 'parse_hp', 'parse_list', 'hp_for', 'config_flags', 'run', 'results_table', 'plot_curves',
-           'compare', 'main_job', 'main']
+__all__ = ['TABLE_COLS', 'COMMANDS', 'parse_hp', 'parse_list', 'hp_for', 'config_flags', 'run', 'fmt_mean_std', 'fmt_values',
+           'results_table', 'plot_curves', 'compare', 'main_job', 'main']
 
 # %% ../nbs/07_cli.ipynb #840ce9a4
 def parse_hp(s: str | None) -> dict:
@@ -117,10 +117,21 @@ def run(hp: str = '',                    # method hyperparameters, e.g. 'beta=0.
     return res.summary
 
 # %% ../nbs/07_cli.ipynb #12fa6671
-def _fmt(vals) -> str:
-    vals = [v for v in vals if v is not None and not (isinstance(v, float) and math.isnan(v))]
+def fmt_mean_std(mean, std, digits: int = 2) -> str:
+    "'mean ± std' (or 'mean' for one seed, 'n/a' when missing): the one formatter of every table."
+    def num(v):
+        try: v = float(v)
+        except (TypeError, ValueError): return None
+        return None if math.isnan(v) else v
+    mean, std = num(mean), num(std)
+    if mean is None: return 'n/a'
+    return f"{mean:.{digits}f}" if std is None else f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+def fmt_values(vals, digits: int = 2) -> str:
+    "mean ± std (ddof 1) of the non-missing values, via `fmt_mean_std`."
+    vals = [float(v) for v in vals if v is not None and not (isinstance(v, float) and math.isnan(v))]
     if not vals: return 'n/a'
-    return f"{np.mean(vals):.2f}" if len(vals) == 1 else f"{np.mean(vals):.2f} ± {np.std(vals, ddof=1):.2f}"
+    return fmt_mean_std(np.mean(vals), np.std(vals, ddof=1) if len(vals) > 1 else None, digits)
 
 TABLE_COLS = [('GM', 'gm_acc'), ('many', 'gm_many'), ('med', 'gm_med'), ('few', 'gm_few'), ('PM', 'pm_acc'), ('PM (weighted)', 'pm_acc_weighted')]
 
@@ -130,7 +141,7 @@ def results_table(rows: list[dict], cols=TABLE_COLS) -> str:
     lines = ['| method | ' + ' | '.join(c for c, _ in cols) + ' | seeds |', '|---' * (len(cols) + 2) + '|']
     for m in methods:
         rs = [r for r in rows if r['method'] == m]
-        lines.append(f"| {m} | " + ' | '.join(_fmt([r.get(k) for r in rs]) for _, k in cols) + f" | {len(rs)} |")
+        lines.append(f"| {m} | " + ' | '.join(fmt_values([r.get(k) for r in rs]) for _, k in cols) + f" | {len(rs)} |")
     return '\n'.join(lines)
 
 def plot_curves(histories: dict, path=None, keys=('gm_acc', 'pm_acc')):

@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 from fastcore.script import call_parse, bool_arg, store_true
 from .federated import FedConfig, run_fl, get_method, save_json, save_csv, atomic_write, load_checkpoint, last_k_means, check_device, make_algorithm, hp_key
-from .cli import COMMANDS, hp_for, _check_names, _read_history, plot_curves
+from .cli import COMMANDS, hp_for, _check_names, _read_history, plot_curves, fmt_mean_std
 
 # %% auto #0
 __all__ = ['FIELDS', 'GRID_ALIASES', 'TOP_KEYS', 'REPORT_DEFAULTS', 'SHORT', 'TIME_COLS', 'DIAG_COLS', 'SweepSpec', 'parse_spec',
            'load_spec', 'Cell', 'expand', 'stale_hp', 'cell_state', 'run_cell', 'rounds_to_reach', 'cell_row',
-           'aggregate', 'fmt_mean_std', 'summary_markdown', 'plot_bars', 'plot_sensitivity', 'read_rows', 'stable',
-           'select_best', 'paired_diff', 'selected_markdown', 'write_reports', 'claim_cell', 'release_cell', 'sweep']
+           'aggregate', 'summary_markdown', 'plot_bars', 'plot_sensitivity', 'read_rows', 'stable', 'select_best',
+           'paired_diff', 'selected_markdown', 'write_reports', 'claim_cell', 'release_cell', 'sweep']
 
 # %% ../nbs/15_sweep.ipynb #5956da09
 FIELDS = [f.name for f in dataclasses.fields(FedConfig)]
@@ -279,11 +279,7 @@ def aggregate(rows: list) -> list:
         out.append(a)
     return out
 
-def fmt_mean_std(mean, std, digits: int = 2) -> str:
-    "'mean ± std' (or 'mean' for one seed, 'n/a' when missing)."
-    mean, std = _num(mean), _num(std)
-    if mean is None: return 'n/a'
-    return f"{mean:.{digits}f}" if std is None else f"{mean:.{digits}f} ± {std:.{digits}f}"
+
 
 # %% ../nbs/15_sweep.ipynb #6d6ac821
 def summary_markdown(summary: list, metrics=None, title: str = '') -> str:

@@ -10,11 +10,7 @@ from __future__ import annotations
 import csv, json, re, sys
 from pathlib import Path
 import numpy as np
-
-def fmt(v):
-    v = [x for x in v if x is not None]
-    if not v: return 'n/a'
-    return f"{np.mean(v):.2f}" if len(v) == 1 else f"{np.mean(v):.2f} ± {np.std(v, ddof=1):.2f}"
+from fedloge_nb.cli import fmt_values as fmt
 
 def main(root):
     runs = {}

@@ -17,7 +17,7 @@ __all__ = ['balanced_softmax_ce', 'FedRoD', 'LocalFinetune', 'FedBABU', 'FedAvgF
 
 # %% ../nbs/08a_baselines_lt.ipynb #8613d507
 def balanced_softmax_ce(logits: torch.Tensor, y: torch.Tensor, counts) -> torch.Tensor:
-    "Balanced softmax loss CE(logits + log n_c, y) with per-class training counts n_c (absent classes: -inf, no gradient)."
+    "Balanced softmax (Ren et al., NeurIPS 2020): CE(logits + log n_c, y) with per-class training counts n_c (absent classes: -inf, no gradient)."
     counts = torch.as_tensor(counts, device=logits.device, dtype=logits.dtype)
     if counts.shape != logits.shape[1:]: raise ValueError(f"counts must have one entry per class ({logits.shape[1]}), got {tuple(counts.shape)}")
     return F.cross_entropy(logits + counts.log(), y)

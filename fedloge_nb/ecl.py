@@ -12,7 +12,7 @@ from torch.func import functional_call
 from .federated import Algorithm, ClientData, register, derive_seed, local_sgd
 from .models import CNN, MLP, CifarResNet, ResNet
 from .realign import mask_logits
-from .fedetf import balanced_softmax_loss
+from .baselines_lt import balanced_softmax_ce
 
 # %% auto #0
 __all__ = ['ecl_groups', 'group_of', 'last_block', 'balanced_subset', 'ECL']
@@ -85,6 +85,7 @@ class ECL(Algorithm):
         "Phase II in `epochs` local epochs: the classifier retraining gets ceil(epochs/2), the experts (one pass over the data together) floor(epochs/2)."
         return {'ft_epochs': int(epochs) - int(epochs) // 2, 'expert_epochs': int(epochs) // 2}
     primary_global = 'global'
+    revision = 1                      # 1: balanced softmax with absent classes at -inf (was: zero counts -> 1)
     primary_personal = 'ecl'
 
     def __init__(self, **hp):
@@ -106,7 +107,7 @@ class ECL(Algorithm):
         allidx = torch.arange(len(data))
         g0 = _PartlyTrainable(self.net, ['head'])                                 # Eq. 3: balanced softmax, classifier only
         self._train(g0, data, allidx, cfg, derive_seed(s, 'retrain'),
-                    lambda m, xb, yb: balanced_softmax_loss(m(xb), yb, data.counts), self.hp['ft_epochs'])
+                    lambda m, xb, yb: balanced_softmax_ce(m(xb), yb, data.counts), self.hp['ft_epochs'])
         out.update({f'ecl.head0.{k}': v for k, v in g0.net.head.state_dict().items()})
         ce = lambda m, xb, yb: F.cross_entropy(m(xb), yb)
         for m, cls in enumerate(groups):

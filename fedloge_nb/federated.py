@@ -194,6 +194,7 @@ class Algorithm:
     kind = 'generic'                  # what the method trains: one of KINDS (each registered method declares it)
     primary_global = 'global'
     primary_personal = 'global'
+    revision = 0                      # bump when a code change alters the method's numbers: older results turn stale
 
     def __init__(self, **hp):
         unknown = set(hp) - set(self.defaults)
@@ -570,8 +571,9 @@ def last_k_means(history: list, final: dict, k: int) -> dict:
     return out
 
 def hp_key(algo) -> str:
-    "The method's resolved hyperparameters as canonical JSON (stored in checkpoints: a changed default must not resume silently)."
-    return json.dumps(algo.hp, sort_keys=True, default=str)
+    "The method's resolved hyperparameters (and its `revision` when > 0) as canonical JSON: a changed default or method must not resume silently."
+    rev = type(algo).revision
+    return json.dumps({**algo.hp, '_revision': rev} if rev else algo.hp, sort_keys=True, default=str)
 
 def _scalars(d: dict) -> dict: return {k: v for k, v in d.items() if not isinstance(v, (list, dict, tuple))}
 
@@ -674,7 +676,7 @@ def run_fl(cfg: FedConfig, fed=None, out=None, resume: bool = False, progress: b
                **last_k_means(history, final, cfg.last_k), 'last_k': cfg.last_k,
                'train_time_s': round(train_time, 3), 'finish_time_s': round(finish_time, 3),
                'sec_per_round': round(train_time / cfg.rounds, 4),
-               'shot_rule': fed.shot_rule, 'hp': algo.hp, 'config': key}
+               'shot_rule': fed.shot_rule, 'hp': algo.hp, 'revision': type(algo).revision, 'config': key}
     if own is not None:                              # the same trained model with the method's own post-training budget
         oalgo, ostates = own
         oalgo.hp.update({k: {**type(algo).defaults, **cfg.hp}[k] for k in matched_hp(type(algo), cfg)})

@@ -12,9 +12,10 @@ from torch.func import functional_call
 from .federated import Algorithm, ClientResult, register, shared, derive_seed, local_sgd, forward_batched
 from .models import make_backbone
 from .etf import simplex_etf
+from .baselines_lt import balanced_softmax_ce
 
 # %% auto #0
-__all__ = ['ETFNet', 'balanced_softmax_loss', 'FedETF']
+__all__ = ['ETFNet', 'FedETF']
 
 # %% ../nbs/09_fedetf.ipynb #23f2c195
 class ETFNet(nn.Module):
@@ -31,13 +32,6 @@ class ETFNet(nn.Module):
     def embed(self, x): return F.normalize(self.proj(self.backbone(x)), dim=1)
     def forward(self, x): return self.embed(x) @ self.etf                      # inference logits: no temperature
     def train_logits(self, x): return self.beta * self(x)                    # training logits: beta * z
-
-# %% ../nbs/09_fedetf.ipynb #50ed996f
-def balanced_softmax_loss(logits: torch.Tensor, y: torch.Tensor, counts) -> torch.Tensor:
-    "Balanced softmax CE (Ren et al. 2020): CE(logits + log n_c, y) with the client's class counts (zeros -> 1)."
-    n = torch.as_tensor(counts, device=logits.device).to(logits.dtype).clamp(min=1)
-    if n.shape != logits.shape[-1:]: raise ValueError(f"counts has {n.numel()} entries but the logits have {logits.shape[-1]} classes")
-    return F.cross_entropy(logits + n.log(), y)
 
 # %% ../nbs/09_fedetf.ipynb #28a525f7
 def _fixed_features(backbone, data, bs: int = 1024):
@@ -59,6 +53,7 @@ class FedETF(Algorithm):
     defaults = dict(beta0=1.0, p_epochs=None, p_iters=20, etf_epochs=3, proj_epochs=3, etf_lr=0.1, proj_lr=0.05,
                     proj_momentum=0.9, proj_wd=5e-4, personal='paper')
     primary_global = 'global'
+    revision = 1                      # 1: balanced softmax with absent classes at -inf (was: zero counts -> 1)
     primary_personal = 'personal'
 
     @classmethod
@@ -84,7 +79,7 @@ class FedETF(Algorithm):
     def client_update(self, gstate, cstate, data, cfg, seed):
         net = self.local; net.load_state_dict(gstate, strict=False)
         n = data.counts
-        loss = local_sgd(net, data, cfg, seed, lambda m, xb, yb: balanced_softmax_loss(m.train_logits(xb), yb, n))
+        loss = local_sgd(net, data, cfg, seed, lambda m, xb, yb: balanced_softmax_ce(m.train_logits(xb), yb, n))
         return ClientResult(shared(net, self.is_shared), cstate, len(data), loss)
 
     # --- inference ---
@@ -106,7 +101,7 @@ class FedETF(Algorithm):
         E = cfg.local_epochs if hp['p_epochs'] is None else int(hp['p_epochs'])
         if E > 0:                                                                  # 1. feature extractor, balanced loss
             ps = list(net.backbone.parameters()) + [net.beta] + (list(net.proj.parameters()) if ref else [])
-            local_sgd(net, data, cfg, s, lambda m, xb, yb: balanced_softmax_loss(m.train_logits(xb), yb, data.counts),
+            local_sgd(net, data, cfg, s, lambda m, xb, yb: balanced_softmax_ce(m.train_logits(xb), yb, data.counts),
                       params=ps, epochs=E)
         net.eval()
         V = nn.Parameter(net.etf.clone())

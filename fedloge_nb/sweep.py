@@ -166,13 +166,14 @@ def _read_json(path):
 def _norm(x): return json.loads(json.dumps(x, default=str))
 
 def stale_hp(cell: Cell, summary: dict) -> list:
-    "Hyperparameters whose value recorded in `summary['hp']` differs from what the current defaults give this cell."
+    "Hyperparameters whose value recorded in `summary['hp']` differs from what the current defaults give this cell ('revision' when the method's code changed since)."
     rec = summary.get('hp')
     if not isinstance(rec, dict): return []
-    try: cur = _norm(make_algorithm(cell.cfg).hp)
+    try: algo = make_algorithm(cell.cfg); cur = _norm(algo.hp)
     except Exception: return []
     rec = _norm(rec)
-    return sorted(k for k in rec.keys() & cur.keys() if rec[k] != cur[k])
+    out = sorted(k for k in rec.keys() & cur.keys() if rec[k] != cur[k])
+    return out + (['revision'] if summary.get('revision', 0) != type(algo).revision else [])
 
 def cell_state(cell: Cell, out) -> str:
     "'done' (summary.json with this config), 'stale' (done, but with other method defaults), 'failed' (error.txt for this config) or 'todo'."

@@ -118,5 +118,30 @@ def test_every_config_field_is_a_flag(tmp_path, main_in_process):
     code, _, se = main_in_process('compare', '--methods', 'fedavg', '--seeds', '0,1', '--data_seed', '7', *TINY, '--rounds', '1',
                                   '--out', tmp_path / 'c')
     assert code == 0, se
-    cs = [json.loads((tmp_path / 'c' / f'fedavg_seed{s}' / 'summary.json').read_text())['config'] for s in (0, 1)]
+    cs = [json.loads((tmp_path / 'c' / f'digits_if10_a0.5_fedavg_s{s}' / 'summary.json').read_text())['config'] for s in (0, 1)]
     assert [c['data_seed'] for c in cs] == [7, 7] and [c['seed'] for c in cs] == [0, 1]
+
+
+def test_killed_compare_resumes(tmp_path):
+    "compare runs through the sweep runner: after a SIGKILL, the same command keeps the finished runs, continues the cut one, and gives the numbers of an uninterrupted compare."
+    args = ['compare', '--methods', 'fedavg,fedprox', '--seeds', '0,1', *TINY, '--rounds', '6', '--eval_every', '2', '--ckpt_every', '1',
+            '--hp', 'mu=0.1']
+    full = tmp_path / 'full'; cli(*args, '--out', full)
+    out = tmp_path / 'killed'
+    p = subprocess.Popen([str(BIN), *map(str, args), '--out', str(out)], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    while time.time() < deadline and p.poll() is None:           # kill with one run finished and another part-way
+        done = list(out.glob('*/summary.json'))
+        if done and [c for c in out.glob('*/checkpoint.pt') if not (c.parent / 'summary.json').exists()]: break
+        time.sleep(0.005)
+    p.send_signal(signal.SIGKILL); p.wait()
+    done = {s: s.stat().st_mtime_ns for s in out.glob('*/summary.json')}
+    assert 1 <= len(done) < 4, f"{len(done)} runs were done when compare was killed: make the runs longer"
+    r = cli(*args, '--out', out)
+    assert f'{len(done)} done, {4 - len(done)} to run now' in r.stderr, r.stderr
+    assert {s: s.stat().st_mtime_ns for s in done} == done                # finished runs were not redone
+    names = sorted(d.name for d in out.iterdir() if (d / 'summary.json').exists())
+    assert names == sorted(d.name for d in full.iterdir() if (d / 'summary.json').exists()) and len(names) == 4
+    for n in names:
+        assert metrics(json.loads((out / n / 'summary.json').read_text())) == metrics(json.loads((full / n / 'summary.json').read_text())), n
+    assert '| fedprox | - |' in (out / 'summary.md').read_text() and not list(out.glob('*/checkpoint.pt'))

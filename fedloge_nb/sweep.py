@@ -13,11 +13,12 @@ from .federated import FedConfig, run_fl, get_method, save_json, save_csv, atomi
 from .cli import COMMANDS, hp_for, _check_names, _read_history, plot_curves, fmt_mean_std
 
 # %% auto #0
-__all__ = ['FIELDS', 'GRID_ALIASES', 'TOP_KEYS', 'REPORT_DEFAULTS', 'SHORT', 'TIME_COLS', 'DIAG_COLS', 'COMPARE_METRICS',
-           'SweepSpec', 'parse_spec', 'load_spec', 'Cell', 'expand', 'stale_hp', 'cell_state', 'run_cell',
-           'rounds_to_reach', 'cell_row', 'aggregate', 'summary_markdown', 'plot_bars', 'plot_sensitivity', 'read_rows',
-           'stable', 'select_best', 'paired_diff', 'selected_markdown', 'load_histories', 'write_reports', 'claim_cell',
-           'release_cell', 'run_grid', 'sweep', 'setting_line', 'compare_spec']
+__all__ = ['FIELDS', 'GRID_ALIASES', 'TOP_KEYS', 'REPORT_DEFAULTS', 'SHORT', 'HP_RENAMED', 'TIME_COLS', 'DIAG_COLS',
+           'COMPARE_METRICS', 'SweepSpec', 'parse_spec', 'load_spec', 'Cell', 'expand', 'current_names', 'same_config',
+           'stale_hp', 'cell_state', 'run_cell', 'rounds_to_reach', 'cell_row', 'aggregate', 'summary_markdown',
+           'plot_bars', 'plot_sensitivity', 'read_rows', 'stable', 'select_best', 'paired_diff', 'selected_markdown',
+           'load_histories', 'write_reports', 'claim_cell', 'release_cell', 'run_grid', 'sweep', 'setting_line',
+           'compare_spec']
 
 # %% ../nbs/15_sweep.ipynb #5956da09
 FIELDS = [f.name for f in dataclasses.fields(FedConfig)]
@@ -166,13 +167,27 @@ def _read_json(path):
 
 def _norm(x): return json.loads(json.dumps(x, default=str))
 
+HP_RENAMED = {'ratio_loss': {'alpha': 'ratio_alpha', 'beta': 'ratio_beta'}}   # method -> {old name: new name}
+
+def current_names(method: str, hp: dict) -> dict:
+    "Hyperparameters `hp` of `method` as recorded by an older version, under today's names (`HP_RENAMED`)."
+    ren = HP_RENAMED.get(method, {})
+    return {ren.get(k, k): v for k, v in hp.items()}
+
+def same_config(recorded, key: dict) -> bool:
+    "Is a recorded config key (summary.json, config.json, error.txt) the cell's key `key`, reading renamed hyperparameters under today's names?"
+    if not isinstance(recorded, dict): return False
+    if recorded == key: return True
+    r = {**recorded, 'hp': current_names(recorded.get('method', ''), recorded.get('hp') or {})}
+    return r == key
+
 def stale_hp(cell: Cell, summary: dict) -> list:
     "Hyperparameters whose value recorded in `summary['hp']` differs from what the current defaults give this cell ('revision' when the method's code changed since)."
     rec = summary.get('hp')
     if not isinstance(rec, dict): return []
     try: algo = make_algorithm(cell.cfg); cur = _norm(algo.hp)
     except Exception: return []
-    rec = _norm(rec)
+    rec = _norm(current_names(cell.cfg.method, rec))
     out = sorted(k for k in rec.keys() & cur.keys() if rec[k] != cur[k])
     return out + (['revision'] if summary.get('revision', 0) != type(algo).revision else [])
 
@@ -180,10 +195,10 @@ def cell_state(cell: Cell, out) -> str:
     "'done' (summary.json with this config), 'stale' (done, but with other method defaults), 'failed' (error.txt for this config) or 'todo'."
     d = Path(out)/cell.name; key = cell.cfg.key()
     s = _read_json(d/'summary.json')
-    if s is not None and s.get('config') == key: return 'stale' if stale_hp(cell, s) else 'done'
+    if s is not None and same_config(s.get('config'), key): return 'stale' if stale_hp(cell, s) else 'done'
     if (d/'error.txt').exists():
         lines = (d/'error.txt').read_text().splitlines()
-        if len(lines) > 1 and lines[1].startswith('config ') and _read_cfg(lines[1][7:]) == key: return 'failed'
+        if len(lines) > 1 and lines[1].startswith('config ') and same_config(_read_cfg(lines[1][7:]), key): return 'failed'
     return 'todo'
 
 def _read_cfg(s):
@@ -194,7 +209,7 @@ def run_cell(cell: Cell, out, fed=None, progress: bool = False, keep_checkpoints
     "Run (or continue) one cell; returns 'ok' or 'failed' (traceback in error.txt). Never raises an Exception."
     d = Path(out)/cell.name; key = cell.cfg.key()
     c = _read_json(d/'config.json')
-    if d.exists() and (c is None or c.get('config') != key): shutil.rmtree(d)   # another config, or a folder without config
+    if d.exists() and (c is None or not same_config(c.get('config'), key)): shutil.rmtree(d)   # another config, or a folder without config
     resume = False
     if (d/'checkpoint.pt').exists():
         try:

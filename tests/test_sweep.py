@@ -1,6 +1,6 @@
 """`fedloge_nb sweep` end to end: SIGKILL in the middle of a sweep, rerun, finished cells are not redone and the
 aggregate is complete and equal to an uninterrupted sweep; bad sweep files; dry runs; cell locks and two workers on one sweep."""
-import csv, json, os, signal, subprocess, sys, time
+import csv, json, os, subprocess, sys
 from pathlib import Path
 import pytest
 
@@ -45,18 +45,9 @@ def no_times(r):
 def tiny(tmp_path):
     cfg = tmp_path / 'tiny.toml'; cfg.write_text(TINY); return cfg
 
-def test_kill_and_continue(tmp_path, tiny):
+def test_kill_and_continue(tmp_path, tiny, kill_when, midway):
     out = tmp_path / 'killed'
-    p = subprocess.Popen([str(BIN), 'sweep', str(tiny), '--out', str(out), '--progress', 'false'], env=ENV,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    # kill when at least one cell is finished and another one is part-way (a checkpoint without a summary)
-    deadline = time.time() + 240
-    while time.time() < deadline and p.poll() is None:
-        done = list(out.glob('*/summary.json'))
-        midway = [c for c in out.glob('*/checkpoint.pt') if not (c.parent / 'summary.json').exists()]
-        if done and midway: break
-        time.sleep(0.005)
-    p.send_signal(signal.SIGKILL); p.wait()
+    kill_when([BIN, 'sweep', tiny, '--out', out, '--progress', 'false'], lambda: midway(out))   # one cell done, another part-way
     done = {s: s.stat().st_mtime_ns for s in out.glob('*/summary.json')}
     assert 1 <= len(done) < N_CELLS, f"{len(done)} cells were done when the sweep was killed: make the cells longer"
     assert list((out / '.locks').glob('*.lock'))                      # the running cell's lock, left by the killed sweep, taken over below

@@ -139,9 +139,9 @@ def aux_indices(y: torch.Tensor, per_class: int, seed: int) -> torch.Tensor:
 
 @register('ratio_loss')
 class RatioLoss(FedAvg):
-    "Ratio Loss (Wang et al. 2021): CE weighted by alpha + beta * Ra_c, Ra monitored by the server on a balanced auxiliary set."
+    "Ratio Loss (Wang et al., AAAI 2021): CE weighted by ratio_alpha + ratio_beta * Ra_c, Ra monitored by the server on a balanced auxiliary set."
     kind = 'generic'
-    defaults = dict(alpha=1.0, beta=0.1, aux_per_class=32)
+    defaults = dict(ratio_alpha=1.0, ratio_beta=0.1, aux_per_class=32)
 
     def __init__(self, **hp):
         super().__init__(**hp)
@@ -158,7 +158,7 @@ class RatioLoss(FedAvg):
         "The round's class weights, computed once per received global state."
         if self._src is not gstate:
             self.monitor.load_state_dict(gstate, strict=False)
-            self.weights, self.ra = ratio_weights(self.monitor, self.xa, self.ya, self.C, self.hp['alpha'], self.hp['beta'])
+            self.weights, self.ra = ratio_weights(self.monitor, self.xa, self.ya, self.C, self.hp['ratio_alpha'], self.hp['ratio_beta'])
             self._src = gstate
         return self.weights
 

@@ -13,8 +13,8 @@ from .federated import FedConfig, run_fl, get_method, METHODS, _load_methods, sa
 from .federated import DivergenceError, check_device, check_run, check_folder, check_out, run_lock, clear_run, check_history
 
 # %% auto #0
-__all__ = ['TABLE_COLS', 'COMMANDS', 'parse_hp', 'parse_list', 'hp_for', 'config_flags', 'run', 'fmt_mean_std', 'fmt_values',
-           'results_table', 'plot_curves', 'compare', 'main_job', 'main']
+__all__ = ['COMMANDS', 'parse_hp', 'parse_list', 'hp_for', 'config_flags', 'run', 'fmt_mean_std', 'fmt_values', 'plot_curves',
+           'compare', 'main_job', 'main']
 
 # %% ../nbs/07_cli.ipynb #840ce9a4
 def parse_hp(s: str | None) -> dict:
@@ -133,17 +133,6 @@ def fmt_values(vals, digits: int = 2) -> str:
     if not vals: return 'n/a'
     return fmt_mean_std(np.mean(vals), np.std(vals, ddof=1) if len(vals) > 1 else None, digits)
 
-TABLE_COLS = [('GM', 'gm_acc'), ('many', 'gm_many'), ('med', 'gm_med'), ('few', 'gm_few'), ('PM', 'pm_acc'), ('PM (weighted)', 'pm_acc_weighted')]
-
-def results_table(rows: list[dict], cols=TABLE_COLS) -> str:
-    "Markdown table, one line per method, mean ± std over the rows (seeds) of each method."
-    methods = list(dict.fromkeys(r['method'] for r in rows))
-    lines = ['| method | ' + ' | '.join(c for c, _ in cols) + ' | seeds |', '|---' * (len(cols) + 2) + '|']
-    for m in methods:
-        rs = [r for r in rows if r['method'] == m]
-        lines.append(f"| {m} | " + ' | '.join(fmt_values([r.get(k) for r in rs]) for _, k in cols) + f" | {len(rs)} |")
-    return '\n'.join(lines)
-
 def plot_curves(histories: dict, path=None, keys=('gm_acc', 'pm_acc')):
     "Accuracy vs round per method (mean over seeds), one panel per metric."
     import matplotlib; import matplotlib.pyplot as plt
@@ -169,11 +158,6 @@ def _read_history(path) -> list:
     with open(path) as f:
         return [{k: (float(v) if v not in ('', None) else None) for k, v in r.items()} for r in csv.DictReader(f)]
 
-def _finished(rdir, cfg) -> bool:
-    s = Path(rdir)/'summary.json'
-    try: return s.exists() and json.loads(s.read_text()).get('config') == cfg.key()
-    except ValueError: return False
-
 @call_parse
 @config_flags(exclude=('method', 'seed'), lead=2)
 def compare(methods: str = 'fedavg,fedloge',   # comma-separated methods
@@ -181,9 +165,10 @@ def compare(methods: str = 'fedavg,fedloge',   # comma-separated methods
             hp: str = '',                     # method hyperparameters, e.g. 'fedloge.beta=0.6,fedprox.mu=0.01' (a bare key: every method that takes it)
             out: str = 'runs/compare',        # output folder
             progress: bool_arg = True,        # show progress bars
+            retry_failed: bool_arg = False,   # run again the runs that failed with this same config
             **config) -> str:                 # every other flag: a `FedConfig` field (`config_flags`)
-    "Run several methods on the same federated data; print and save a markdown table, CSV and curves."
-    from fedloge_nb.data import make_fed_data
+    "Run methods x seeds on the same federated data as a grid of the sweep runner (resumable); print and save the mean ± std table."
+    from fedloge_nb.sweep import compare_spec, expand, cell_state, run_grid, summary_markdown
     base = _config(compare, config)
     ms = parse_list(methods, 'methods', example='fedavg,fedloge')
     sd = parse_list(seeds, 'seeds', int, example='0,1,2')
@@ -192,36 +177,18 @@ def compare(methods: str = 'fedavg,fedloge',   # comma-separated methods
     hpd = parse_hp(hp)
     unknown = [k for k in hpd if '.' not in k and not any(k in get_method(m).defaults for m in ms)]
     if unknown: raise ValueError(f"no method in {ms} takes hyperparameters {unknown}")
-    out = Path(out); rows, hists = [], {}
-    check_folder(out); fed0 = None
-    for m in ms:                       # device, data and every method's hyperparameter values, checked before any write
-        c0 = dataclasses.replace(base, method=m, seed=sd[0], hp=hp_for(m, hpd, strict=False)).validate()
-        if not _finished(out/f'{m}_seed{sd[0]}', c0): fed0 = check_run(c0, fed0)
-    with run_lock(out):                # OUT/.lock: one process per folder
-        for seed in sd:
-            fed = fed0 if seed == sd[0] else None
-            for m in ms:
-                cfg = dataclasses.replace(base, method=m, seed=seed, hp=hp_for(m, hpd, strict=False)).validate()
-                rdir = out/f'{m}_seed{seed}'
-                done = rdir/'summary.json'
-                if done.exists() and json.loads(done.read_text()).get('config') == cfg.key():
-                    summary = json.loads(done.read_text())
-                else:
-                    if fed is None: fed = make_fed_data(**cfg.data_args())
-                    if (rdir/'config.json').exists(): import shutil; shutil.rmtree(rdir)
-                    summary = run_fl(cfg, fed, out=rdir, progress=progress).summary
-                rows.append({k: v for k, v in summary.items() if not isinstance(v, (list, dict))})
-                hists.setdefault(m, []).append(_read_history(rdir/'history.csv'))
-        table = results_table(rows)
-        b = base
-        split = f"alpha={b.alpha:g}" if b.partition == 'dirichlet' else (f"{b.classes_per_client} classes per client" if b.partition == 'shard' else b.partition)
-        setting = (f"{b.dataset}-LT IF={b.imb_factor:g}, {split}, {b.clients} clients, frac={b.frac:g}, {b.rounds} rounds x "
-                   f"{b.local_epochs} local epoch(s), batch {b.batch_size}, lr {b.lr:g}, model {b.model}, seeds {sd}; GM many/med/few: "
-                   f"{rows[0].get('shot_rule', 'fedloge')} rule")
-        save_csv(out/'results.csv', rows)
-        atomic_write(out/'table.md', f"{setting}\n\n{table}\n")
-        plot_curves(hists, out/'curves.png')
-    print(setting); print(table)
+    spec = compare_spec(base, ms, sd, hpd)
+    cells = expand(spec)
+    out = check_folder(out); fed0 = None
+    for c in cells:                    # device, data and every method's hyperparameter values, checked before any write
+        if c.cfg.seed == sd[0] and cell_state(c, out) != 'done':
+            c.cfg.device = base.device; fed0 = check_run(c.cfg, fed0)
+    summary = run_grid(spec, cells, out, device=base.device, progress=progress, run_progress=progress, retry_failed=retry_failed)
+    table = summary_markdown(summary, spec.report['metrics'])
+    print(spec.description); print(table)
+    failed = [r['group'] for r in summary if r['n_failed']]
+    if failed: raise ValueError(f"{sum(r['n_failed'] for r in summary)} run(s) failed ({', '.join(failed)}): the error is in "
+                                f"{out}/<cell>/error.txt; fix it and rerun with --retry_failed true")
     return table
 
 # %% ../nbs/07_cli.ipynb #7fb8796c

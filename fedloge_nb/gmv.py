@@ -18,10 +18,10 @@ __all__ = ['GMVBank', 'ETFGMVNet', 'class_means', 'gmv_update', 'FedAvgETFGMV', 
 
 # %% ../nbs/09a_gmv.ipynb #64ec1c7d
 class GMVBank(nn.Module):
-    "Global memory vectors mu (C x d) and the number of rounds aggregated so far, as buffers (part of the global state)."
+    "Global memory vectors (the paper's mu, C x d) and the number of rounds aggregated so far, as buffers (part of the global state)."
     def __init__(self, num_classes: int, feature_dim: int):
         super().__init__()
-        self.register_buffer('mu', torch.zeros(num_classes, feature_dim))
+        self.register_buffer('memory', torch.zeros(num_classes, feature_dim))
         self.register_buffer('round', torch.zeros((), dtype=torch.long))
 
 class ETFGMVNet(nn.Module):
@@ -41,13 +41,13 @@ def class_means(feats: torch.Tensor, y: torch.Tensor, num_classes: int) -> tuple
     has = n > 0
     return s / n.clamp(min=1)[:, None], has
 
-def gmv_update(mu: torch.Tensor, means: list, has: list) -> torch.Tensor:
-    "New memory vectors: per class, the mean of the class means of the clients that have it; other classes keep mu."
-    if not means: return mu.clone()
+def gmv_update(memory: torch.Tensor, means: list, has: list) -> torch.Tensor:
+    "New memory vectors: per class, the mean of the class means of the clients that have it; other classes keep their vector."
+    if not means: return memory.clone()
     M = torch.stack(means); H = torch.stack(has).to(M.dtype)           # (R, C, d), (R, C)
     cnt = H.sum(0)
     new = (M * H[..., None]).sum(0) / cnt.clamp(min=1)[:, None]
-    return torch.where((cnt > 0)[:, None], new, mu)
+    return torch.where((cnt > 0)[:, None], new, memory)
 
 # %% ../nbs/09a_gmv.ipynb #3980f4f2
 @register('fedavg_etf_gmv')
@@ -79,12 +79,12 @@ class FedAvgETFGMV(Algorithm):
     def client_update(self, gstate, cstate, data, cfg, seed):
         net = self.local; net.load_state_dict(gstate, strict=False)
         rnd = int(gstate['gmv.round']) + 1
-        mu = gstate['gmv.mu'].to(self.device) if self.uses_gmv(rnd) else None
+        memory = gstate['gmv.memory'].to(self.device) if self.uses_gmv(rnd) else None
         a, prox = float(self.hp['a']), float(self.hp['mu'])
         theta_g = [p.detach().clone() for p in net.backbone.parameters()] if prox > 0 else None
         def loss_fn(m, xb, yb):
             h = m.backbone(xb)
-            if mu is not None: h = h + a * mu[yb]
+            if memory is not None: h = h + a * memory[yb]
             loss = F.cross_entropy(m.etf(h), yb)
             if theta_g is not None:
                 loss = loss + prox / 2 * sum(((p - q) ** 2).sum() for p, q in zip(m.backbone.parameters(), theta_g))
@@ -101,7 +101,7 @@ class FedAvgETFGMV(Algorithm):
         keys = [k for k in results[0].state if not k.startswith('gmv.')]
         new = weighted_average([{k: r.state[k] for k in keys} for r in results], [r.n for r in results])
         rs = [r for r in results if 'gmv.client_mean' in r.state]
-        new['gmv.mu'] = gmv_update(gstate['gmv.mu'], [r.state['gmv.client_mean'] for r in rs], [r.state['gmv.client_has'] for r in rs])
+        new['gmv.memory'] = gmv_update(gstate['gmv.memory'], [r.state['gmv.client_mean'] for r in rs], [r.state['gmv.client_has'] for r in rs])
         new['gmv.round'] = gstate['gmv.round'] + 1
         return new
 

@@ -13,10 +13,12 @@ from .federated import FedConfig, run_fl, get_method, save_json, save_csv, atomi
 from .cli import COMMANDS, hp_for, _check_names, _read_history, plot_curves, fmt_mean_std
 
 # %% auto #0
-__all__ = ['FIELDS', 'GRID_ALIASES', 'TOP_KEYS', 'REPORT_DEFAULTS', 'SHORT', 'TIME_COLS', 'DIAG_COLS', 'SweepSpec', 'parse_spec',
-           'load_spec', 'Cell', 'expand', 'stale_hp', 'cell_state', 'run_cell', 'rounds_to_reach', 'cell_row',
-           'aggregate', 'summary_markdown', 'plot_bars', 'plot_sensitivity', 'read_rows', 'stable', 'select_best',
-           'paired_diff', 'selected_markdown', 'write_reports', 'claim_cell', 'release_cell', 'sweep']
+__all__ = ['FIELDS', 'GRID_ALIASES', 'TOP_KEYS', 'REPORT_DEFAULTS', 'SHORT', 'HP_RENAMED', 'TIME_COLS', 'DIAG_COLS',
+           'COMPARE_METRICS', 'SweepSpec', 'parse_spec', 'load_spec', 'Cell', 'expand', 'current_names', 'same_config',
+           'stale_hp', 'cell_state', 'run_cell', 'rounds_to_reach', 'cell_row', 'aggregate', 'summary_markdown',
+           'plot_bars', 'plot_sensitivity', 'read_rows', 'stable', 'select_best', 'paired_diff', 'selected_markdown',
+           'load_histories', 'write_reports', 'claim_cell', 'release_cell', 'run_grid', 'sweep', 'setting_line',
+           'compare_spec']
 
 # %% ../nbs/15_sweep.ipynb #5956da09
 FIELDS = [f.name for f in dataclasses.fields(FedConfig)]
@@ -165,13 +167,27 @@ def _read_json(path):
 
 def _norm(x): return json.loads(json.dumps(x, default=str))
 
+HP_RENAMED = {'ratio_loss': {'alpha': 'ratio_alpha', 'beta': 'ratio_beta'}}   # method -> {old name: new name}
+
+def current_names(method: str, hp: dict) -> dict:
+    "Hyperparameters `hp` of `method` as recorded by an older version, under today's names (`HP_RENAMED`)."
+    ren = HP_RENAMED.get(method, {})
+    return {ren.get(k, k): v for k, v in hp.items()}
+
+def same_config(recorded, key: dict) -> bool:
+    "Is a recorded config key (summary.json, config.json, error.txt) the cell's key `key`, reading renamed hyperparameters under today's names?"
+    if not isinstance(recorded, dict): return False
+    if recorded == key: return True
+    r = {**recorded, 'hp': current_names(recorded.get('method', ''), recorded.get('hp') or {})}
+    return r == key
+
 def stale_hp(cell: Cell, summary: dict) -> list:
     "Hyperparameters whose value recorded in `summary['hp']` differs from what the current defaults give this cell ('revision' when the method's code changed since)."
     rec = summary.get('hp')
     if not isinstance(rec, dict): return []
     try: algo = make_algorithm(cell.cfg); cur = _norm(algo.hp)
     except Exception: return []
-    rec = _norm(rec)
+    rec = _norm(current_names(cell.cfg.method, rec))
     out = sorted(k for k in rec.keys() & cur.keys() if rec[k] != cur[k])
     return out + (['revision'] if summary.get('revision', 0) != type(algo).revision else [])
 
@@ -179,10 +195,10 @@ def cell_state(cell: Cell, out) -> str:
     "'done' (summary.json with this config), 'stale' (done, but with other method defaults), 'failed' (error.txt for this config) or 'todo'."
     d = Path(out)/cell.name; key = cell.cfg.key()
     s = _read_json(d/'summary.json')
-    if s is not None and s.get('config') == key: return 'stale' if stale_hp(cell, s) else 'done'
+    if s is not None and same_config(s.get('config'), key): return 'stale' if stale_hp(cell, s) else 'done'
     if (d/'error.txt').exists():
         lines = (d/'error.txt').read_text().splitlines()
-        if len(lines) > 1 and lines[1].startswith('config ') and _read_cfg(lines[1][7:]) == key: return 'failed'
+        if len(lines) > 1 and lines[1].startswith('config ') and same_config(_read_cfg(lines[1][7:]), key): return 'failed'
     return 'todo'
 
 def _read_cfg(s):
@@ -193,7 +209,7 @@ def run_cell(cell: Cell, out, fed=None, progress: bool = False, keep_checkpoints
     "Run (or continue) one cell; returns 'ok' or 'failed' (traceback in error.txt). Never raises an Exception."
     d = Path(out)/cell.name; key = cell.cfg.key()
     c = _read_json(d/'config.json')
-    if d.exists() and (c is None or c.get('config') != key): shutil.rmtree(d)   # another config, or a folder without config
+    if d.exists() and (c is None or not same_config(c.get('config'), key)): shutil.rmtree(d)   # another config, or a folder without config
     resume = False
     if (d/'checkpoint.pt').exists():
         try:
@@ -398,8 +414,18 @@ def selected_markdown(summary: list, rows: list, select=(('val_gm_acc', 'gm_acc'
 # %% ../nbs/15_sweep.ipynb #3779f1a1
 def _clean(rows): return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in rows]
 
+def load_histories(out, rows: list | None = None, status=('ok',)) -> list:
+    "Every evaluated round of the cells of grid folder `out` whose status is in `status` (rows: `results.csv`'s unless given), with the cell's labels."
+    out = Path(out)
+    if rows is None:
+        if not (out/'results.csv').exists(): raise FileNotFoundError(f"no results.csv in {out}: run the sweep (or compare) there first")
+        rows = read_rows(out/'results.csv')
+    keep = ('cell', 'group', 'setting', 'method', 'variant', 'seed')
+    return [{**{k: r.get(k) for k in keep}, **h} for r in rows if r.get('status') in status
+            for h in _read_history(out/str(r['cell'])/'history.csv')]
+
 def write_reports(spec: SweepSpec, cells: list, out, plots: bool = True) -> list:
-    "Collect every cell's state from `out`, write results.csv, summary.csv, summary.md, histories.csv and plots; return the summary rows."
+    "Collect every cell's state from `out`, write results.csv, summary.csv, summary.md and plots; return the summary rows."
     out = Path(out)
     rows = [cell_row(c, out, spec.report) for c in cells]
     summary = aggregate(rows)
@@ -410,18 +436,14 @@ def write_reports(spec: SweepSpec, cells: list, out, plots: bool = True) -> list
     if spec.report.get('select'):
         atomic_write(out/'selected.md', selected_markdown(summary, rows, [tuple(p.split(':')) for p in spec.report['select']],
                                                          spec.report.get('reference')) + '\n')
-    hist = []
-    for c, r in zip(cells, rows):
-        if r['status'] != 'ok': continue
-        for h in _read_history(out/c.name/'history.csv'):
-            hist.append({'cell': c.name, 'group': c.group, 'setting': c.setting, 'method': c.cfg.method, 'variant': c.variant, 'seed': c.cfg.seed, **h})
-    if hist: save_csv(out/'histories.csv', _clean(hist))
+    (out/'histories.csv').unlink(missing_ok=True)                 # written by earlier versions: a copy of the cells' histories
     if plots and any(r['status'] == 'ok' for r in rows):
-        import matplotlib; import matplotlib.pyplot as plt
+        hist = load_histories(out, rows)
         for s in dict.fromkeys(c.setting for c in cells):
             hs = {}
-            for c, r in zip(cells, rows):
-                if c.setting == s and r['status'] == 'ok': hs.setdefault(_label(r), []).append(_read_history(out/c.name/'history.csv'))
+            for r in rows:
+                if r['setting'] == s and r['status'] == 'ok':
+                    hs.setdefault(_label(r), []).append([h for h in hist if h['cell'] == r['cell']])
             if hs:
                 fig = plot_curves(hs, keys=tuple(spec.report['curves'])); _save_fig(fig, out/'plots'/f'curves_{s}.png')
         done = [r for r in summary if r['n_seeds']]
@@ -459,24 +481,12 @@ def release_cell(lock: Path | None):
         if lock is not None and lock.read_text().strip() == str(os.getpid()): lock.unlink()
     except FileNotFoundError: pass
 
-@call_parse
-def sweep(config: str,                       # sweep file (.toml), see experiments/
-          out: str = None,                   # output folder (default: the file's `out`, else results/sweeps/<name>)
-          dry_run: store_true = False,       # list the cells and their state, run nothing
-          only: str = None,                  # run only cells whose name matches this regular expression
-          max_cells: int = None,             # stop after running this many cells (the rest stay pending)
-          device: str = 'auto',              # cpu, cuda, ... (not part of a cell's config)
-          progress: bool_arg = True,         # progress bar over cells
-          run_progress: bool_arg = False,    # also a progress bar over each cell's rounds
-          keep_checkpoints: store_true = False,  # keep checkpoint.pt of finished cells
-          plots: bool_arg = True,            # write the PNGs
-          retry_failed: bool_arg = False,    # run again the cells that failed with this same config
-         ) -> list:
-    "Run every cell of a TOML grid that is not done yet, recording failures, then write the mean ± std aggregate."
+def run_grid(spec: SweepSpec, cells: list, out, config_file: str | None = None, dry_run: bool = False, only: str | None = None,
+             max_cells: int | None = None, device: str = 'auto', progress: bool = True, run_progress: bool = False,
+             keep_checkpoints: bool = False, plots: bool = True, retry_failed: bool = False) -> list:
+    "Run every cell of `cells` that is not done yet (each under its lock, failures recorded), then write the aggregate: the runner of `sweep` and `compare`."
     from tqdm.auto import tqdm
-    spec = load_spec(config)
-    out = Path(out or spec.out or f'results/sweeps/{spec.name}')
-    cells = expand(spec)
+    out = Path(out)
     check_device(device)
     for c in cells: c.cfg.device = device
     pat = re.compile(only) if only else None
@@ -495,7 +505,8 @@ def sweep(config: str,                       # sweep file (.toml), see experimen
         print('\n'.join(f"{states[c.name]:7s} {'*' if c.name in run_now else ' '} {c.name}" for c in cells))
         print(plan); return []
     out.mkdir(parents=True, exist_ok=True)
-    save_json(out/'sweep.json', {'spec': dataclasses.asdict(spec), 'config_file': str(config), 'command': ' '.join(sys.argv)})
+    save_json(out/'sweep.json', {'spec': dataclasses.asdict(spec), 'config_file': None if config_file is None else str(config_file),
+                                 'command': ' '.join(sys.argv)})
     print(plan, file=sys.stderr)
     if n_failed and not retry_failed: print(f"{n_failed} failed cell(s) not run again (same config; --retry_failed true runs them)", file=sys.stderr)
     fed, fed_key, failed, busy = None, None, [], []
@@ -517,9 +528,47 @@ def sweep(config: str,                       # sweep file (.toml), see experimen
         finally: release_cell(lock)
         write_reports(spec, cells, out, plots=False)
     summary = write_reports(spec, cells, out, plots=plots)
-    print(summary_markdown(summary, spec.report['metrics'], title=spec.name))
     if failed: print(f"{len(failed)} cell(s) failed (see OUT/<cell>/error.txt): {', '.join(failed)}", file=sys.stderr)
     if busy: print(f"{len(busy)} cell(s) skipped, another live process holds their lock (OUT/.locks): {', '.join(busy)}", file=sys.stderr)
     return summary
 
+@call_parse
+def sweep(config: str,                       # sweep file (.toml), see experiments/
+          out: str = None,                   # output folder (default: the file's `out`, else results/sweeps/<name>)
+          dry_run: store_true = False,       # list the cells and their state, run nothing
+          only: str = None,                  # run only cells whose name matches this regular expression
+          max_cells: int = None,             # stop after running this many cells (the rest stay pending)
+          device: str = 'auto',              # cpu, cuda, ... (not part of a cell's config)
+          progress: bool_arg = True,         # progress bar over cells
+          run_progress: bool_arg = False,    # also a progress bar over each cell's rounds
+          keep_checkpoints: store_true = False,  # keep checkpoint.pt of finished cells
+          plots: bool_arg = True,            # write the PNGs
+          retry_failed: bool_arg = False,    # run again the cells that failed with this same config
+         ) -> list:
+    "Run every cell of a TOML grid that is not done yet, recording failures, then write the mean ± std aggregate."
+    spec = load_spec(config)
+    summary = run_grid(spec, expand(spec), out or spec.out or f'results/sweeps/{spec.name}', config_file=config, dry_run=dry_run,
+                       only=only, max_cells=max_cells, device=device, progress=progress, run_progress=run_progress,
+                       keep_checkpoints=keep_checkpoints, plots=plots, retry_failed=retry_failed)
+    if not dry_run: print(summary_markdown(summary, spec.report['metrics'], title=spec.name))
+    return summary
+
 COMMANDS['sweep'] = sweep
+
+# %% ../nbs/15_sweep.ipynb #0e48014a
+COMPARE_METRICS = ['gm_acc', 'gm_many', 'gm_med', 'gm_few', 'pm_acc', 'pm_acc_weighted']
+
+def setting_line(b: FedConfig, seeds) -> str:
+    "The fixed setting of a compare grid in words (the first line of its summary.md)."
+    split = (f"alpha={b.alpha:g}" if b.partition == 'dirichlet' else
+             f"{b.classes_per_client} classes per client" if b.partition == 'shard' else b.partition)
+    return (f"{b.dataset}-LT IF={b.imb_factor:g}, {split}, {b.clients} clients, frac={b.frac:g}, {b.rounds} rounds x "
+            f"{b.local_epochs} local epoch(s), batch {b.batch_size}, lr {b.lr:g}, model {b.model}, seeds {list(seeds)}; "
+            f"GM many/med/few: {b.shot_rule} rule")
+
+def compare_spec(base: FedConfig, methods, seeds, hp: dict | None = None, name: str = 'compare') -> SweepSpec:
+    "The `SweepSpec` of a `compare` call: every field of `base` fixed, methods x seeds as the grid, `hp` routed per method."
+    fixed = {k: v for k, v in dataclasses.asdict(base).items() if k not in ('method', 'seed', 'hp', 'device')}
+    hps = {m: h for m in methods if (h := hp_for(m, hp or {}, strict=False))}
+    return parse_spec(dict(name=name, description=setting_line(base, seeds), base=fixed, grid=dict(method=list(methods), seed=list(seeds)),
+                           hp=hps, report=dict(metrics=COMPARE_METRICS, bars=[])), name)

@@ -1,34 +1,34 @@
-"""Markdown tables of every GM / PM inference mode from the run folders of a `compare` output.
+"""Markdown tables of every GM / PM inference mode from the run folders of a `compare` (or sweep) output.
 
     python scripts/nc_tables.py results/nc_methods/fmnist_if100_a02
 
-One row per (method, metric key): mean ± std over the seeds found (folders METHOD_seedN/summary.json).
-`gm_acc_last50` is Huang et al.'s (2023) metric: the mean GM over the evaluations in the last 50 rounds (history.csv),
-computed per seed, then mean ± std over seeds.
+One row per (method, metric key): mean ± std over the seeds found (every cell folder OUT/<cell>/summary.json,
+grouped by its method, whether or not newer method defaults would re-make it). `gm_acc_last50` is Huang et al.'s
+(2023) metric: the mean GM over the evaluations in the last 50 rounds (the cell's history.csv), computed per
+seed, then mean ± std over seeds.
 """
 from __future__ import annotations
-import csv, json, re, sys
+import json, sys
 from pathlib import Path
 import numpy as np
-from fedloge_nb.cli import fmt_values as fmt
+from fedloge_nb.cli import fmt_values as fmt, _read_history
 
 def main(root):
     runs = {}
-    for f in sorted(Path(root).glob('*_seed*/summary.json')):
-        m = re.match(r'(.+)_seed(\d+)$', f.parent.name)
-        runs.setdefault(m.group(1), []).append(json.loads(f.read_text()))
+    for f in sorted(Path(root).glob('*/summary.json')):
+        s = json.loads(f.read_text())
+        runs.setdefault(s['method'], []).append((s, _read_history(f.parent/'history.csv')))
     print('| method | metric | value | seeds |\n|---|---|---|---|')
-    for meth, ss in runs.items():
-        keys = [k for k in ss[0] if re.match(r'(gm_acc|pm_acc)(_|$)', k) and not k.startswith('pm_acc_weighted_')
+    for meth, rs in runs.items():
+        ss = [s for s, _ in rs]
+        keys = [k for k in ss[0] if k.startswith(('gm_acc', 'pm_acc')) and k[6:7] in ('', '_') and not k.startswith('pm_acc_weighted_')
                 and isinstance(ss[0][k], (float, int)) and ss[0][k] is not None]
         for k in keys:
             print(f"| {meth} | {k} | {fmt([s.get(k) for s in ss])} | {len(ss)} |")
         last = []
-        for f in sorted(Path(root).glob(f'{meth}_seed*/history.csv')):
-            if not (f.parent/'summary.json').exists(): continue          # unfinished run
-            rows = list(csv.DictReader(open(f)))
-            R = max(int(float(r['round'])) for r in rows)
-            v = [float(r['gm_acc']) for r in rows if r.get('gm_acc') not in (None, '') and int(float(r['round'])) > R - 50]
+        for _, h in rs:
+            R = max(int(r['round']) for r in h)
+            v = [r['gm_acc'] for r in h if r.get('gm_acc') is not None and int(r['round']) > R - 50]
             if v: last.append(float(np.mean(v)))
         if last: print(f"| {meth} | gm_acc_last50 | {fmt(last)} | {len(last)} |")
 

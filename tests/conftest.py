@@ -1,3 +1,5 @@
+import os, signal, subprocess, time
+from pathlib import Path
 import pytest
 
 @pytest.fixture
@@ -11,3 +13,26 @@ def main_in_process(capsys):
         o = capsys.readouterr()
         return code, o.out, o.err
     return call
+
+
+def _kill_when(argv, ready, timeout: float = 240, poll: float = 0.005):
+    "Start command `argv` (one torch thread) and SIGKILL it as soon as `ready()` holds (or it ends, or `timeout` s pass)."
+    p = subprocess.Popen([*map(str, argv)], env={**os.environ, 'OMP_NUM_THREADS': '1'}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + timeout
+    while time.time() < deadline and p.poll() is None and not ready(): time.sleep(poll)
+    p.send_signal(signal.SIGKILL); p.wait()
+
+def _midway(out) -> bool:
+    "Does grid folder `out` hold a finished cell and another one part-way (a checkpoint without a summary)?"
+    out = Path(out)
+    return any(out.glob('*/summary.json')) and any(not (c.parent / 'summary.json').exists() for c in out.glob('*/checkpoint.pt'))
+
+@pytest.fixture
+def kill_when():
+    "`kill_when(argv, ready)`: run a command and SIGKILL it once `ready()` is true (kill-and-resume tests)."
+    return _kill_when
+
+@pytest.fixture
+def midway():
+    "`midway(out)`: a grid folder with one cell finished and another part-way, the moment to kill a sweep or compare."
+    return _midway

@@ -5,7 +5,7 @@ importing every method module) is reachable from the shell, that hyperparameters
 n/a exactly for the methods without a global model, and that an interrupted run resumes to the same numbers. The
 method lists come from the registry, so a new method is covered without editing this file.
 """
-import dataclasses, json, os, subprocess, sys
+import csv, dataclasses, json, os, subprocess, sys
 from pathlib import Path
 import pytest
 
@@ -65,22 +65,21 @@ def test_compare_all_methods(tmp_path, capsys):
     out = tmp_path / 'cmp'
     ms = ALL
     main(['compare', '--methods', ','.join(ms), '--seeds', '0', *TINY, '--rounds', '1', '--out', str(out), '--hp', HP])
-    table = (out / 'table.md').read_text()
-    rows = {l.split('|')[1].strip(): l for l in table.splitlines() if l.startswith('| ') and not l.startswith('| method')}
-    assert set(rows) == set(ms)
-    for m in NO_GM: assert rows[m].split('|')[2].strip() == 'n/a', rows[m]
-    assert (out / 'results.csv').exists() and (out / 'curves.png').exists()
-    res = {json.loads((out / f'{m}_seed0' / 'summary.json').read_text())['method']:
-           json.loads((out / f'{m}_seed0' / 'summary.json').read_text()) for m in ms}
+    summ = {r['method']: r for r in csv.DictReader(open(out / 'summary.csv'))}
+    assert set(summ) == set(ms) and all(r['n_seeds'] == '1' for r in summ.values())
+    for m in ALL: assert (summ[m]['gm_acc'] == '') == (m in NO_GM), (m, summ[m]['gm_acc'])   # GM n/a exactly without a global model
+    assert (out / 'results.csv').exists() and (out / 'summary.md').exists() and list((out / 'plots').glob('curves_*.png'))
+    cell = lambda m: out / f'digits_if10_a0.5_{m}_s0' / 'summary.json'
+    res = {json.loads(cell(m).read_text())['method']: json.loads(cell(m).read_text()) for m in ms}
     # the routed hyperparameters reach their method only, and the three zero settings reproduce FedAvg
     assert res['fedprox']['hp']['mu'] == 0 and res['ditto']['hp']['lam'] == 1 and res['fedlc']['hp']['tau'] == 0
     for m in ('fedprox', 'fedlc', 'tau_norm'):
         for k in ('gm_acc', 'gm_many', 'gm_med', 'gm_few', 'pm_acc'): assert res[m][k] == res['fedavg'][k], (m, k)
     assert res['ditto']['gm_acc'] == res['fedavg']['gm_acc']              # Ditto's global model is FedAvg's
     # a second call resumes every finished cell instead of re-running it
-    before = {m: (out / f'{m}_seed0' / 'summary.json').stat().st_mtime_ns for m in ms}
+    before = {m: cell(m).stat().st_mtime_ns for m in ms}
     main(['compare', '--methods', ','.join(ms), '--seeds', '0', *TINY, '--rounds', '1', '--out', str(out), '--hp', HP])
-    assert before == {m: (out / f'{m}_seed0' / 'summary.json').stat().st_mtime_ns for m in ms}
+    assert before == {m: cell(m).stat().st_mtime_ns for m in ms}
 
 
 def test_unknown_method_lists_every_method():

@@ -1,5 +1,5 @@
 """End-to-end tests of the `fedloge_nb` console script: runs, kill-and-resume, bad inputs."""
-import json, os, signal, subprocess, sys, time
+import json, os, subprocess, sys
 from pathlib import Path
 import pytest
 
@@ -46,16 +46,13 @@ def test_same_seed_same_numbers(tmp_path):
     strip = lambda s: {k: v for k, v in json.loads(s.splitlines()[-1]).items() if k != 'out'}
     assert strip(a) == strip(b)
 
-def test_kill_and_resume_equals_uninterrupted(tmp_path):
-    # mlp on digits: ~0.1 s a round with a checkpoint each round, so the kill (polled every 20 ms) lands early in 40 rounds
+def test_kill_and_resume_equals_uninterrupted(tmp_path, kill_when):
+    # mlp on digits: ~0.1 s a round with a checkpoint each round, so the kill lands early in 40 rounds
     args = ['run', '--method', 'fedloge', *TINY, '--rounds', '40', '--eval_every', '5', '--ckpt_every', '1',
             '--hp', 'sse_steps=200,sse_lr=0.01']
     full = tmp_path / 'full'; cli(*args, '--out', full)
     killed = tmp_path / 'killed'
-    p = subprocess.Popen([str(BIN), *map(str, args), '--out', str(killed)], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 240
-    while not (killed / 'checkpoint.pt').exists() and time.time() < deadline and p.poll() is None: time.sleep(0.02)
-    p.send_signal(signal.SIGKILL); p.wait()
+    kill_when([BIN, *args, '--out', killed], lambda: (killed / 'checkpoint.pt').exists())
     assert not (killed / 'summary.json').exists(), "the run finished before it could be killed: make it longer"
     import torch
     r = torch.load(killed / 'checkpoint.pt', weights_only=True)['round']
@@ -118,5 +115,24 @@ def test_every_config_field_is_a_flag(tmp_path, main_in_process):
     code, _, se = main_in_process('compare', '--methods', 'fedavg', '--seeds', '0,1', '--data_seed', '7', *TINY, '--rounds', '1',
                                   '--out', tmp_path / 'c')
     assert code == 0, se
-    cs = [json.loads((tmp_path / 'c' / f'fedavg_seed{s}' / 'summary.json').read_text())['config'] for s in (0, 1)]
+    cs = [json.loads((tmp_path / 'c' / f'digits_if10_a0.5_fedavg_s{s}' / 'summary.json').read_text())['config'] for s in (0, 1)]
     assert [c['data_seed'] for c in cs] == [7, 7] and [c['seed'] for c in cs] == [0, 1]
+
+
+def test_killed_compare_resumes(tmp_path, kill_when, midway):
+    "compare runs through the sweep runner: after a SIGKILL, the same command keeps the finished runs, continues the cut one, and gives the numbers of an uninterrupted compare."
+    args = ['compare', '--methods', 'fedavg,fedprox', '--seeds', '0,1', *TINY, '--rounds', '6', '--eval_every', '2', '--ckpt_every', '1',
+            '--hp', 'mu=0.1']
+    full = tmp_path / 'full'; cli(*args, '--out', full)
+    out = tmp_path / 'killed'
+    kill_when([BIN, *args, '--out', out], lambda: midway(out))
+    done = {s: s.stat().st_mtime_ns for s in out.glob('*/summary.json')}
+    assert 1 <= len(done) < 4, f"{len(done)} runs were done when compare was killed: make the runs longer"
+    r = cli(*args, '--out', out)
+    assert f'{len(done)} done, {4 - len(done)} to run now' in r.stderr, r.stderr
+    assert {s: s.stat().st_mtime_ns for s in done} == done                # finished runs were not redone
+    names = sorted(d.name for d in out.iterdir() if (d / 'summary.json').exists())
+    assert names == sorted(d.name for d in full.iterdir() if (d / 'summary.json').exists()) and len(names) == 4
+    for n in names:
+        assert metrics(json.loads((out / n / 'summary.json').read_text())) == metrics(json.loads((full / n / 'summary.json').read_text())), n
+    assert '| fedprox | - |' in (out / 'summary.md').read_text() and not list(out.glob('*/checkpoint.pt'))

@@ -1,6 +1,6 @@
 """`fedloge_nb sweep` end to end: SIGKILL in the middle of a sweep, rerun, finished cells are not redone and the
 aggregate is complete and equal to an uninterrupted sweep; bad sweep files; dry runs; cell locks and two workers on one sweep."""
-import csv, json, os, signal, subprocess, sys, time
+import csv, json, os, subprocess, sys
 from pathlib import Path
 import pytest
 
@@ -45,18 +45,9 @@ def no_times(r):
 def tiny(tmp_path):
     cfg = tmp_path / 'tiny.toml'; cfg.write_text(TINY); return cfg
 
-def test_kill_and_continue(tmp_path, tiny):
+def test_kill_and_continue(tmp_path, tiny, kill_when, midway):
     out = tmp_path / 'killed'
-    p = subprocess.Popen([str(BIN), 'sweep', str(tiny), '--out', str(out), '--progress', 'false'], env=ENV,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    # kill when at least one cell is finished and another one is part-way (a checkpoint without a summary)
-    deadline = time.time() + 240
-    while time.time() < deadline and p.poll() is None:
-        done = list(out.glob('*/summary.json'))
-        midway = [c for c in out.glob('*/checkpoint.pt') if not (c.parent / 'summary.json').exists()]
-        if done and midway: break
-        time.sleep(0.005)
-    p.send_signal(signal.SIGKILL); p.wait()
+    kill_when([BIN, 'sweep', tiny, '--out', out, '--progress', 'false'], lambda: midway(out))   # one cell done, another part-way
     done = {s: s.stat().st_mtime_ns for s in out.glob('*/summary.json')}
     assert 1 <= len(done) < N_CELLS, f"{len(done)} cells were done when the sweep was killed: make the cells longer"
     assert list((out / '.locks').glob('*.lock'))                      # the running cell's lock, left by the killed sweep, taken over below
@@ -73,7 +64,10 @@ def test_kill_and_continue(tmp_path, tiny):
         vals = [float(x['gm_acc']) for x in res if x['group'] == s['group']]
         assert abs(float(s['gm_acc']) - sum(vals) / 3) < 1e-6 and float(s['gm_acc_std']) >= 0
     assert 'rounds_to_gm_acc_30' in summ[0]
-    assert len(rows(out / 'histories.csv')) == N_CELLS * 3            # rounds 2, 4, 6 of every cell
+    from fedloge_nb.sweep import load_histories
+    hist = load_histories(out)                                          # the cells' own history.csv, with their labels
+    assert len(hist) == N_CELLS * 3 and not (out / 'histories.csv').exists()   # rounds 2, 4, 6 of every cell
+    assert sorted({(h['method'], h['seed'], h['round']) for h in hist}) == [(m, s, r) for m in ('fedavg', 'fedprox') for s in (0, 1, 2) for r in (2, 4, 6)]
     for png in ('bars_gm_acc.png', 'bars_pm_acc.png', 'curves_digits_if10_a0.5.png'): assert (out / 'plots' / png).stat().st_size > 0
     # a killed and continued sweep gives the numbers of an uninterrupted one
     full = tmp_path / 'full'

@@ -287,7 +287,7 @@ def _quiet_flower():
     os.environ.setdefault('FLWR_TELEMETRY_ENABLED', '0')
     logging.getLogger('flwr').setLevel(logging.WARNING)
 
-def _start_ray(workers: int, gpus: float, tries: int = 3):
+def _start_ray(workers: int, gpus: float, tries: int = 5):
     "Start Ray for the simulation, retrying (a busy machine can miss Ray's fixed 30 s raylet start-up wait); Flower then uses it and shuts it down."
     import sys, ray
     if ray.is_initialized(): return

@@ -39,3 +39,17 @@ def test_flower_simulation_equals_local_engine(tmp_path):
 def test_cli_backend_errors(main_in_process, tmp_path, args, msg):
     code, o, e = main_in_process('run', *TINY, '--out', tmp_path / 'r', *args)
     assert code == 2 and msg in e and not (tmp_path / 'r' / 'summary.json').exists(), e
+
+
+def test_cli_backend_flower_calls_the_simulation(main_in_process, tmp_path, monkeypatch):
+    "The CLI wiring without Ray: checks run first, then run_flower gets the config, the data, OUT and the worker count."
+    import fedloge_nb.flower as fl
+    seen = {}
+    def fake(cfg, fed, out=None, workers=2, progress=True):
+        seen.update(cfg=cfg, clients=len(fed.train_idx), out=out, workers=workers)
+        return {'method': cfg.method, 'gm_acc': 12.5, 'pm_acc': 50.0}
+    monkeypatch.setattr(fl, 'run_flower', fake)
+    code, o, e = main_in_process('run', *TINY, '--method', 'fedrep', '--out', tmp_path / 'r', '--backend', 'flower', '--flower_workers', '3')
+    assert code == 0, e
+    assert seen['cfg'].method == 'fedrep' and seen['clients'] == 3 and seen['workers'] == 3 and str(seen['out']) == str(tmp_path / 'r')
+    assert json.loads(o.strip().splitlines()[-1]) == {'method': 'fedrep', 'out': str(tmp_path / 'r'), 'gm_acc': 12.5, 'pm_acc': 50.0}

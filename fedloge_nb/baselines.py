@@ -91,6 +91,7 @@ class FedBN(PartialFedAvg):
     "FedBN (Li et al. 2021): BatchNorm parameters and running statistics stay local; everything else is averaged."
     kind = 'generic+personalised'
     primary_global = 'bn_avg'
+    aggregate_uses_client_state = True    # the server's evaluation BN is the average of the clients' BN statistics
 
     def build(self, fed, cfg):
         super().build(fed, cfg)
@@ -107,10 +108,13 @@ class FedBN(PartialFedAvg):
         self._set_eval_bn([r.client_state for r in results], [r.n for r in results])    # evaluation only
         return out
 
-    def finish(self, fed, cfg, clients, client_states):
-        pairs = [(cs, len(d)) for d, cs in zip(clients, client_states) if len(d)]
-        self._set_eval_bn([p[0] for p in pairs], [p[1] for p in pairs])
-        return client_states
+    def finish_rounds(self, cfg): return 1
+    def finish_client(self, stage, d, cs, cfg, msg): return cs, ({'state': cs, 'n': len(d)} if len(d) else {})
+    def finish_server(self, stage, cfg, reports):
+        "Evaluation BN of the generic model: the sample-weighted mean of every client's BN statistics."
+        pairs = [reports[k] for k in sorted(reports)]
+        self._set_eval_bn([p['state'] for p in pairs], [p['n'] for p in pairs])
+        return {}
 
     def global_logits(self, x):
         return {'bn_avg': self.net(x), 'bn_init': forward_with(self.net, self.bn_init, x)}
@@ -133,6 +137,7 @@ class FedRep(PartialFedAvg):
     kind = 'generic+personalised'
     defaults = dict(head_epochs=10, body_epochs=None)
     primary_global = 'head_avg'
+    aggregate_uses_client_state = True    # the generic model's head is the average of the clients' heads
 
     def __init__(self, **hp):
         super().__init__(**hp)
@@ -163,10 +168,13 @@ class FedRep(PartialFedAvg):
         self.net.load_state_dict(weighted_average([r.client_state for r in results], [r.n for r in results]), strict=False)
         return out
 
-    def finish(self, fed, cfg, clients, client_states):
-        pairs = [(cs, len(d)) for d, cs in zip(clients, client_states) if len(d)]
-        self.net.load_state_dict(weighted_average([p[0] for p in pairs], [p[1] for p in pairs]), strict=False)
-        return client_states
+    def finish_rounds(self, cfg): return 1
+    def finish_client(self, stage, d, cs, cfg, msg): return cs, ({'state': cs, 'n': len(d)} if len(d) else {})
+    def finish_server(self, stage, cfg, reports):
+        "The generic model's head: the sample-weighted mean of every client's head."
+        pairs = [reports[k] for k in sorted(reports)]
+        self.net.load_state_dict(weighted_average([p['state'] for p in pairs], [p['n'] for p in pairs]), strict=False)
+        return {}
 
     def global_logits(self, x): return {'head_avg': self.net(x)}
     def extra_state(self): return {'head_avg': {k: v.detach().clone() for k, v in self.net.state_dict().items() if self.private(k)}}

@@ -71,18 +71,17 @@ class LocalFinetune:
         if self.hp['ft_part'] not in ('head', 'all'): raise ValueError(f"ft_part must be 'head' or 'all', got {self.hp['ft_part']!r}")
         if self.hp['ft_epochs'] < 0: raise ValueError(f"ft_epochs must be >= 0, got {self.hp['ft_epochs']}")
 
-    def finish(self, fed, cfg, clients, client_states):
-        if self.hp['ft_epochs'] <= 0: return client_states
-        out, full = [], self.net.state_dict()
-        for d, cs in zip(clients, client_states):
-            if len(d) == 0: out.append(cs); continue
-            m = self.local; m.load_state_dict(full)
-            params = m.head.parameters() if self.hp['ft_part'] == 'head' else m.parameters()
-            local_sgd(m, d, cfg, derive_seed(cfg.seed, 'ft', d.k), lambda mm, xb, yb: F.cross_entropy(mm(xb), yb),
-                      params=params, epochs=self.hp['ft_epochs'], lr=self.hp['ft_lr'])
-            keep = {k: v for k, v in m.state_dict().items() if self.hp['ft_part'] == 'all' or k.startswith('head.')}
-            out.append({**cs, **prefixed(keep, 'ft.')})
-        return out
+    def finish_rounds(self, cfg): return 1 if self.hp['ft_epochs'] > 0 else 0
+
+    def finish_client(self, stage, d, cs, cfg, msg):
+        "Client k finetunes a copy of the global model (head or all) on its local data."
+        if len(d) == 0: return cs, {}
+        m = self.local; m.load_state_dict(self.net.state_dict())
+        params = m.head.parameters() if self.hp['ft_part'] == 'head' else m.parameters()
+        local_sgd(m, d, cfg, derive_seed(cfg.seed, 'ft', d.k), lambda mm, xb, yb: F.cross_entropy(mm(xb), yb),
+                  params=params, epochs=self.hp['ft_epochs'], lr=self.hp['ft_lr'])
+        keep = {k: v for k, v in m.state_dict().items() if self.hp['ft_part'] == 'all' or k.startswith('head.')}
+        return {**cs, **prefixed(keep, 'ft.')}, {}
 
     def personal_logits(self, x, cstate, data):
         ft = sub_state(cstate, 'ft.'); z = self.net(x)
@@ -253,18 +252,23 @@ class LWS(FedAvg):
                 opt.zero_grad(); loss.backward(); opt.step()
         return f.detach()
 
-    def finish(self, fed, cfg, clients, client_states):
-        self.net.eval(); live = [i for i, d in enumerate(clients) if len(d)]
-        Z = {i: forward_batched(self.net, clients[i].x, 2048) for i in live}
-        out = list(client_states)
-        for r in range(self.hp['lws_rounds']):
-            fs = {i: self.learn_scales(Z[i], clients[i].y, self.scales, cfg, derive_seed(cfg.seed, 'lws', r, i)) for i in live}
-            N = torch.stack([clients[i].counts.to(self.scales) for i in live])            # (K, C) counts as weights
-            Fk = torch.stack([fs[i] for i in live])
-            tot = N.sum(0)
-            self.scales = torch.where(tot > 0, (N * Fk).sum(0) / tot.clamp_min(1), self.scales)
-        for i in live: out[i] = {**client_states[i], 'lws_scales': fs[i]}
-        return out
+    def finish_rounds(self, cfg): return int(self.hp['lws_rounds'])
+
+    def finish_client(self, r, d, cs, cfg, msg):
+        "Client k learns scales on its frozen logits, starting from the server's scales; reports them with its class counts."
+        if len(d) == 0: return cs, {}
+        self.net.eval()
+        f = self.learn_scales(forward_batched(self.net, d.x, 2048), d.y, msg.get('scales', self.scales), cfg, derive_seed(cfg.seed, 'lws', r, d.k))
+        return {**cs, 'lws_scales': f}, {'scales': f, 'counts': d.counts}
+
+    def finish_server(self, r, cfg, reports):
+        "Per class, the clients' scales averaged with their class counts as weights."
+        live = sorted(reports)
+        N = torch.stack([reports[i]['counts'].to(self.scales) for i in live])           # (K, C) counts as weights
+        Fk = torch.stack([reports[i]['scales'].to(self.scales) for i in live])
+        tot = N.sum(0)
+        self.scales = torch.where(tot > 0, (N * Fk).sum(0) / tot.clamp_min(1), self.scales)
+        return {'scales': self.scales}
 
     def extra_state(self): return {'scales': self.scales.detach().clone()}
     def load_extra_state(self, state):

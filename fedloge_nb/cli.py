@@ -101,8 +101,13 @@ def run(hp: str = '',                    # method hyperparameters, e.g. 'beta=0.
         resume: bool_arg = False,        # continue from OUT/checkpoint.pt
         overwrite: bool_arg = False,     # replace the run already in OUT (finished or not)
         progress: bool_arg = True,       # show a progress bar
+        backend: str = 'local',          # local (the in-process engine) or flower (Flower's simulation engine on Ray)
+        flower_workers: int = 2,         # --backend flower: Ray actors running clients in parallel
         **config) -> dict:               # every other flag: a `FedConfig` field (`config_flags`)
     "Train one federated method and write OUT/summary.json, history.csv, config.json."
+    if backend not in ('local', 'flower'): raise ValueError(f"--backend {backend!r}: use local (default) or flower")
+    if backend == 'flower' and resume: raise ValueError("--resume is not available with --backend flower (no checkpoints): run again without --resume")
+    if backend == 'flower' and flower_workers < 1: raise ValueError(f"--flower_workers {flower_workers}: need at least 1 Ray actor")
     cfg = _config(run, config, hp=parse_hp(hp))
     _check_names(cfg.method, cfg.dataset, cfg.model)
     cfg.validate()
@@ -111,10 +116,14 @@ def run(hp: str = '',                    # method hyperparameters, e.g. 'beta=0.
     with run_lock(out):                                   # OUT/.lock: one process per folder
         if overwrite: clear_run(out)
         if resume and (note := check_history(out)): print(f"fedloge_nb run: {note}", file=sys.stderr)
-        res = run_fl(cfg, fed, out=out, resume=resume, progress=progress)
-    keys = [k for k in ('gm_acc', 'gm_many', 'gm_med', 'gm_few', 'pm_acc', 'pm_acc_weighted') if res.summary.get(k) is not None]
-    print(json.dumps({'method': cfg.method, 'out': str(out), **{k: round(res.summary[k], 2) for k in keys}}))
-    return res.summary
+        if backend == 'flower':
+            from fedloge_nb.flower import run_flower, FlowerError
+            try: summary = run_flower(cfg, fed, out=out, workers=flower_workers, progress=progress)
+            except FlowerError as e: print(f"fedloge_nb run: error: {e}", file=sys.stderr); sys.exit(1)
+        else: summary = run_fl(cfg, fed, out=out, resume=resume, progress=progress).summary
+    keys = [k for k in ('gm_acc', 'gm_many', 'gm_med', 'gm_few', 'pm_acc', 'pm_acc_weighted') if summary.get(k) is not None]
+    print(json.dumps({'method': cfg.method, 'out': str(out), **{k: round(summary[k], 2) for k in keys}}))
+    return summary
 
 # %% ../nbs/07_cli.ipynb #12fa6671
 def fmt_mean_std(mean, std, digits: int = 2) -> str:

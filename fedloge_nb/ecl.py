@@ -119,9 +119,10 @@ class ECL(Algorithm):
             out.update({f'ecl.e{m}.{k}': v for k, v in ex.trained_state().items()})
         return out
 
-    def finish(self, fed, cfg, clients, client_states):
-        "Phase II for every client with training data."
-        return [cs if len(d) == 0 else {**cs, **self.phase2(d, cfg)} for d, cs in zip(clients, client_states)]
+    def finish_rounds(self, cfg): return 1
+    def finish_client(self, stage, d, cs, cfg, msg):
+        "Phase II on a client with training data."
+        return (cs if len(d) == 0 else {**cs, **self.phase2(d, cfg)}), {}
 
     def personal_logits(self, x, cstate, data):
         net = self.net

@@ -18,10 +18,11 @@ _all_ = ['atomic_write']  # still importable from here (cli, sweep, scripts)
 # %% auto #0
 __all__ = ['METHODS', 'KINDS', 'RUN_FILES', 'FedConfig', 'derive_seed', 'seed_everything', 'sample_clients', 'ClientData',
            'client_datasets', 'weighted_average', 'ClientResult', 'register', 'Algorithm', 'shared', 'local_sgd',
-           'FedAvg', 'get_method', 'matched_hp', 'make_algorithm', 'group_accuracy', 'eval_mode', 'evaluate',
-           'forward_batched', 'save_json', 'save_csv', 'save_checkpoint', 'load_checkpoint', 'DivergenceError',
-           'check_finite', 'check_device', 'lock_holder', 'check_folder', 'check_out', 'clear_run', 'run_lock',
-           'check_history', 'RunResult', 'last_k_means', 'hp_key', 'start_run', 'run_fl', 'check_run', 'atomic_write']
+           'FedAvg', 'get_method', 'matched_hp', 'make_algorithm', 'group_accuracy', 'eval_mode', 'evaluate_global',
+           'client_scores', 'personal_scores', 'val_view', 'evaluate', 'forward_batched', 'save_json', 'save_csv',
+           'save_checkpoint', 'load_checkpoint', 'DivergenceError', 'check_finite', 'check_device', 'lock_holder',
+           'check_folder', 'check_out', 'clear_run', 'run_lock', 'check_history', 'RunResult', 'last_k_means', 'hp_key',
+           'make_summary', 'start_run', 'run_fl', 'check_run', 'atomic_write']
 
 # %% ../nbs/04_federated.ipynb #98d60cf2
 def _auto_device(device: str | None) -> str:
@@ -254,9 +255,32 @@ class Algorithm:
         "Logits of client k's personalised model(s) (default: the generic model)."
         return self.global_logits(x)
 
+    aggregate_uses_client_state = False   # True: `aggregate` reads `r.client_state` (then a Flower client uploads it too)
+
+    # --- after the last round: message stages (client -> server), composed by `finish` ---
+    def finish_rounds(self, cfg: FedConfig) -> int:
+        "Number of post-training stages (each: `finish_client` on every client, then `finish_server`); default 0."
+        return 0
+
+    def finish_client(self, stage: int, data: ClientData, cstate: dict, cfg: FedConfig, msg: dict) -> tuple[dict, dict]:
+        "Client side of post-training stage `stage` (sees the server model and `msg`): (new client state, report for the server)."
+        return cstate, {}
+
+    def finish_server(self, stage: int, cfg: FedConfig, reports: dict) -> dict:
+        "Server side of stage `stage` from the reports `{k: report}` (client order); returns the message of the next stage."
+        return {}
+
     def finish(self, fed, cfg: FedConfig, clients: list, client_states: list) -> list:
-        "After the last round (e.g. realignment, finetuning); returns the final client states."
-        return client_states
+        "After the last round: each of `finish_rounds` stages runs `finish_client` on every client (seeded per client), then `finish_server`."
+        out, msg = list(client_states), {}
+        for stage in range(self.finish_rounds(cfg)):
+            reports = {}
+            for d in clients:
+                torch.manual_seed(derive_seed(cfg.seed, 'finish', stage, d.k))
+                out[d.k], rep = self.finish_client(stage, d, out[d.k], cfg, msg)
+                if rep: reports[d.k] = rep
+            msg = self.finish_server(stage, cfg, reports) or {}
+        return out
 
     def diagnostics(self, fed, clients: list, client_states: list) -> dict:
         "Scalars (and lists, summary only) describing the model at an evaluation, e.g. classifier norms (default: none)."
@@ -346,40 +370,58 @@ def eval_mode(algo):
     finally:
         for m, t in zip(nets, modes): m.train(t)
 
+def evaluate_global(algo: Algorithm, fed, bs: int = 2048) -> dict:
+    "GM: accuracy (+ many/med/few) of every generic inference mode on the balanced test set of `fed`, in % (None without a generic model)."
+    res = {}
+    if not algo.has_global: return dict(gm_acc=None, gm_many=None, gm_med=None, gm_few=None)
+    with eval_mode(algo):
+        x, y = fed.x_test.to(algo.device), fed.y_test.to(algo.device)
+        for mode, pred in _predict(algo.global_logits, x, bs).items():
+            ga = group_accuracy(pred, y, fed.shots)
+            sfx = '' if mode == algo.primary_global else f'_{mode}'
+            res[f'gm_acc{sfx}'] = 100 * ga['acc']
+            for g in ('many', 'med', 'few'): res[f'gm_{g}{sfx}'] = 100 * ga.get(g, float('nan'))
+            if mode == algo.primary_global: res[f'gm_acc_{mode}'] = res['gm_acc']
+    return res
+
+def client_scores(algo: Algorithm, d: ClientData, cstate: dict, bs: int = 2048) -> dict:
+    "Client side of PM: `{mode: (accuracy in [0, 1], local test size)}` of its personalised model(s) on its local test set ({} if empty)."
+    if len(d.y_test) == 0: return {}
+    with eval_mode(algo):
+        preds = _predict(lambda xb: algo.personal_logits(xb, cstate, d), d.x_test, bs)
+    return {mode: ((pred == d.y_test).float().mean().item(), len(d.y_test)) for mode, pred in preds.items()}
+
+def personal_scores(algo: Algorithm, scores: list) -> dict:
+    "PM from the clients' `client_scores`, in client order: unweighted and test-size-weighted means per mode, in %."
+    per, res = {}, {}
+    for sc in scores:
+        for mode, an in sc.items(): per.setdefault(mode, []).append(an)
+    for mode, accs in per.items():
+        a = np.array([p[0] for p in accs]); n = np.array([p[1] for p in accs])
+        sfx = '' if mode == algo.primary_personal else f'_{mode}'
+        res[f'pm_acc{sfx}'] = 100 * float(a.mean())
+        res[f'pm_acc_weighted{sfx}'] = 100 * float((a * n).sum() / n.sum())
+        if mode == algo.primary_personal:
+            res[f'pm_acc_{mode}'] = res['pm_acc']; res['client_acc'] = [round(100 * float(v), 4) for v in a]
+    res['pm_clients'] = len(per.get(algo.primary_personal, []))
+    return res
+
+def val_view(fed, clients: list):
+    "`fed` and `clients` with the validation data in the place of the test data (for `split='val'`)."
+    return (dataclasses.replace(fed, x_test=fed.x_val, y_test=fed.y_val),
+            [dataclasses.replace(d, x_test=d.x_val, y_test=d.y_val) for d in clients])
+
 def evaluate(algo: Algorithm, fed, clients: list, client_states: list, bs: int = 2048, split: str = 'test') -> dict:
     "GM (+ many/med/few) and PM (unweighted and weighted) accuracy for every inference mode, in %; `split='val'`: on validation data, keys `val_*`."
     if split == 'val':
         if not getattr(fed, 'has_val', False): return {}
-        vfed = dataclasses.replace(fed, x_test=fed.x_val, y_test=fed.y_val)
-        vcl = [dataclasses.replace(d, x_test=d.x_val, y_test=d.y_val) for d in clients]
+        vfed, vcl = val_view(fed, clients)
         return {f'val_{k}': v for k, v in evaluate(algo, vfed, vcl, client_states, bs).items() if k != 'client_acc'}
     if split != 'test': raise ValueError(f"split must be 'test' or 'val', got {split!r}")
-    res = {}
-    with eval_mode(algo):
-        if algo.has_global:
-            x, y = fed.x_test.to(algo.device), fed.y_test.to(algo.device)
-            for mode, pred in _predict(algo.global_logits, x, bs).items():
-                ga = group_accuracy(pred, y, fed.shots)
-                sfx = '' if mode == algo.primary_global else f'_{mode}'
-                res[f'gm_acc{sfx}'] = 100 * ga['acc']
-                for g in ('many', 'med', 'few'): res[f'gm_{g}{sfx}'] = 100 * ga.get(g, float('nan'))
-                if mode == algo.primary_global: res[f'gm_acc_{mode}'] = res['gm_acc']
-        else:
-            res.update(gm_acc=None, gm_many=None, gm_med=None, gm_few=None)
-        per = {}
-        for d, cs in zip(clients, client_states):
-            if len(d.y_test) == 0: continue
-            for mode, pred in _predict(lambda xb: algo.personal_logits(xb, cs, d), d.x_test, bs).items():
-                per.setdefault(mode, []).append(((pred == d.y_test).float().mean().item(), len(d.y_test)))
-        for mode, accs in per.items():
-            a = np.array([p[0] for p in accs]); n = np.array([p[1] for p in accs])
-            sfx = '' if mode == algo.primary_personal else f'_{mode}'
-            res[f'pm_acc{sfx}'] = 100 * float(a.mean())
-            res[f'pm_acc_weighted{sfx}'] = 100 * float((a * n).sum() / n.sum())
-            if mode == algo.primary_personal:
-                res[f'pm_acc_{mode}'] = res['pm_acc']; res['client_acc'] = [round(100 * float(v), 4) for v in a]
-        res['pm_clients'] = len(per.get(algo.primary_personal, []))
+    res = evaluate_global(algo, fed, bs)
+    res.update(personal_scores(algo, [client_scores(algo, d, cs, bs) for d, cs in zip(clients, client_states)]))
     return res
+
 
 # %% ../nbs/04_federated.ipynb #e0245a00
 @torch.no_grad()
@@ -601,6 +643,14 @@ def _train_round(algo, cfg, clients, client_states, gstate, rnd):
     losses = [r.loss for r in results if not math.isnan(r.loss)]
     return gstate, (float(np.mean(losses)) if losses else float('nan')), len(results)
 
+def make_summary(cfg: FedConfig, fed, algo: Algorithm, final: dict, history: list, train_time: float, finish_time: float) -> dict:
+    "The content of `summary.json` (before the `own_*` keys): final metrics, last-k means, timings, hp and config."
+    return {'method': cfg.method, 'dataset': cfg.dataset, 'seed': cfg.seed, 'rounds': cfg.rounds, **final,
+            **last_k_means(history, final, cfg.last_k), 'last_k': cfg.last_k,
+            'train_time_s': round(train_time, 3), 'finish_time_s': round(finish_time, 3),
+            'sec_per_round': round(train_time / cfg.rounds, 4),
+            'shot_rule': fed.shot_rule, 'hp': algo.hp, 'revision': type(algo).revision, 'config': cfg.key()}
+
 def start_run(algo: Algorithm, fed, cfg: FedConfig) -> tuple[list, list, dict]:
     "Build `algo` on `fed` and draw each client's initial state (seeded per client): (clients, client_states, global state)."
     algo.device = torch.device(_auto_device(cfg.device))
@@ -672,11 +722,7 @@ def run_fl(cfg: FedConfig, fed=None, out=None, resume: bool = False, progress: b
     finish_time = time.perf_counter() - t0
     check_finite(cfg.rounds, cfg, {'post_training': client_states})   # realignment / finetuning can diverge too
     final = _evaluate_all(algo, fed, clients, client_states)
-    summary = {'method': cfg.method, 'dataset': cfg.dataset, 'seed': cfg.seed, 'rounds': cfg.rounds, **final,
-               **last_k_means(history, final, cfg.last_k), 'last_k': cfg.last_k,
-               'train_time_s': round(train_time, 3), 'finish_time_s': round(finish_time, 3),
-               'sec_per_round': round(train_time / cfg.rounds, 4),
-               'shot_rule': fed.shot_rule, 'hp': algo.hp, 'revision': type(algo).revision, 'config': key}
+    summary = make_summary(cfg, fed, algo, final, history, train_time, finish_time)
     if own is not None:                              # the same trained model with the method's own post-training budget
         oalgo, ostates = own
         oalgo.hp.update({k: {**type(algo).defaults, **cfg.hp}[k] for k in matched_hp(type(algo), cfg)})

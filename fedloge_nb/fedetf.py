@@ -126,6 +126,7 @@ class FedETF(Algorithm):
                     'p.etf': V.detach().clone(), 'p.beta': net.beta.detach().clone()})
         return out
 
-    def finish(self, fed, cfg, clients, client_states):
-        "Algorithm 2 for every client with training data: the personalised models used for PM."
-        return [cs if len(d) == 0 else {**cs, **self.personalize(d, cfg)} for d, cs in zip(clients, client_states)]
+    def finish_rounds(self, cfg): return 1
+    def finish_client(self, stage, d, cs, cfg, msg):
+        "Algorithm 2 on a client with training data: its personalised model, used for PM."
+        return (cs if len(d) == 0 else {**cs, **self.personalize(d, cfg)}), {}

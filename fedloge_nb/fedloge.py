@@ -116,37 +116,52 @@ class FedLoGe(Algorithm):
                 'ga_fr': h @ ga_fr(psi).T}                                         # the generic model on local data
 
     # --- stages 2-3 ---
-    def finish(self, fed, cfg, clients, client_states):
-        "Stage 3: phi'_k = LA-FR(psi, phi_k), then `ft_epochs` of local finetuning with theta frozen (lr chosen on validation if a list)."
-        if self.hp['ft_epochs'] <= 0: return client_states
+    def _ft_lrs(self, cfg) -> list:
         lrs = self.hp['ft_lr'] if isinstance(self.hp['ft_lr'], (list, tuple)) else [self.hp['ft_lr']]
-        lrs = [cfg.lr if l is None else float(l) for l in lrs]
-        has_val = [d.y_val is not None and len(d.y_val) > 0 for d in clients]
-        if len(lrs) > 1 and not any(has_val):
+        return [cfg.lr if l is None else float(l) for l in lrs]
+
+    def finish_rounds(self, cfg):
+        "Stage 3 in one client stage, or two when `ft_lr` lists candidates (clients score them on validation, the server picks one)."
+        if self.hp['ft_epochs'] <= 0: return 0
+        if len(self._ft_lrs(cfg)) > 1 and not cfg.val_frac:
             raise ValueError(f"ft_lr={self.hp['ft_lr']} lists candidates to choose on validation data, but the run has none: set --val_frac (e.g. 0.1)")
+        return 1 if len(self._ft_lrs(cfg)) == 1 else 2
+
+    def finish_client(self, stage, d, cs, cfg, msg):
+        "Stage 3 on client k: phi'_k = LA-FR(psi, phi_k), then `ft_epochs` of finetuning with theta frozen (per candidate lr: validation accuracy reported)."
+        if stage == 1:                                                   # the server's choice among the candidates
+            i = int(msg['ft_lr_index'])
+            return {**{k: v for k, v in cs.items() if not k.startswith('phi_prime_cand')}, 'phi_prime': cs[f'phi_prime_cand{i}']}, {}
+        lrs = self._ft_lrs(cfg)
         self.net.eval(); psi = self.net.psi.weight.detach()
-        feats = lambda x: forward_batched(self.net.theta, x)
+        has_val = d.y_val is not None and len(d.y_val) > 0
         with torch.no_grad():
-            H = [feats(d.x) if len(d) else None for d in clients]
-            Hv = [feats(d.x_val) if v else None for d, v in zip(clients, has_val)]
-        form = self.hp['personal']
-        best = None
+            h = forward_batched(self.net.theta, d.x) if len(d) else None
+            hv = forward_batched(self.net.theta, d.x_val) if has_val else None
+        Ws = []
         for lr in lrs:
-            Ws = []
-            for d, cs, h in zip(clients, client_states, H):
-                W = la_fr(psi, cs['phi'])
-                if h is not None:
-                    W = finetune_head(W, h, d.y, epochs=self.hp['ft_epochs'], lr=lr, momentum=cfg.momentum,
-                                      batch_size=cfg.batch_size, seed=derive_seed(cfg.seed, 'ft', d.k), counts=d.counts)
-                Ws.append(W)
-            if len(lrs) == 1: best = (lr, None, Ws); break
-            accs = [(personal_logits(hv, W, cs['phi'], d.counts, form).argmax(1) == d.y_val).float().mean().item()
-                    for d, cs, hv, W in zip(clients, client_states, Hv, Ws) if hv is not None]
-            score = 100 * sum(accs) / len(accs)                       # mean local validation accuracy (PM on validation)
+            W = la_fr(psi, cs['phi'])
+            if h is not None:
+                W = finetune_head(W, h, d.y, epochs=self.hp['ft_epochs'], lr=lr, momentum=cfg.momentum,
+                                  batch_size=cfg.batch_size, seed=derive_seed(cfg.seed, 'ft', d.k), counts=d.counts)
+            Ws.append(W)
+        if len(lrs) == 1: return {**cs, 'phi_prime': Ws[0]}, {}
+        rep = {} if hv is None else {'val_acc': [(personal_logits(hv, W, cs['phi'], d.counts, self.hp['personal']).argmax(1) == d.y_val).float().mean().item() for W in Ws]}
+        return {**cs, **{f'phi_prime_cand{i}': W for i, W in enumerate(Ws)}}, rep
+
+    def finish_server(self, stage, cfg, reports):
+        "The finetuning lr with the best mean local validation accuracy (PM on validation), when `ft_lr` lists candidates."
+        if stage != 0 or len(self._ft_lrs(cfg)) == 1: return {}
+        accs = [reports[k]['val_acc'] for k in sorted(reports) if 'val_acc' in reports[k]]
+        if not accs:
+            raise ValueError(f"ft_lr={self.hp['ft_lr']} lists candidates to choose on validation data, but the run has none: set --val_frac (e.g. 0.1)")
+        best = None
+        for i, lr in enumerate(self._ft_lrs(cfg)):
+            score = 100 * sum(a[i] for a in accs) / len(accs)
             self.ft_choice.setdefault('ft_val', {})[f'{lr:g}'] = round(score, 4)
-            if best is None or score > best[1]: best = (lr, score, Ws)
-        if len(lrs) > 1: self.ft_choice['ft_lr_selected'] = best[0]
-        return [{**cs, 'phi_prime': W} for cs, W in zip(client_states, best[2])]
+            if best is None or score > best[1]: best = (i, score, lr)
+        self.ft_choice['ft_lr_selected'] = best[2]
+        return {'ft_lr_index': best[0]}
 
     def extra_state(self): return {'psi_norms0': self.psi_norms0}
     def load_extra_state(self, state):

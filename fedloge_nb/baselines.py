@@ -15,8 +15,8 @@ from .models import bn_keys
 from .realign import mask_logits
 
 # %% auto #0
-__all__ = ['with_masked', 'sub_state', 'prefixed', 'forward_with', 'prox_term', 'FedProx', 'PartialFedAvg', 'FedBN', 'FedPer',
-           'FedRep', 'LGFedAvg', 'Ditto', 'Local']
+__all__ = ['with_masked', 'sub_state', 'prefixed', 'forward_with', 'prox_term', 'FedProx', 'PartialFedAvg', 'AveragedPrivate',
+           'FedBN', 'FedPer', 'FedRep', 'LGFedAvg', 'Ditto', 'Local']
 
 # %% ../nbs/08_baselines.ipynb #2ba4c3cd
 def with_masked(logits: dict, counts) -> dict:
@@ -85,13 +85,40 @@ class PartialFedAvg(FedAvg):
     def personal_logits(self, x, cstate, data):
         return with_masked({'personal': forward_with(self.net, cstate, x)}, data.counts)
 
+# %% ../nbs/08_baselines.ipynb #d8b5a545
+class AveragedPrivate(PartialFedAvg):
+    "PartialFedAvg whose server keeps, for its generic model, the sample-weighted mean of the clients' private keys."
+    server_view = 'private_avg'            # checkpoint name of the server's copy
+    aggregate_uses_client_state = True     # `aggregate` reads the clients' private state (a Flower client uploads it too)
+
+    def _average_private(self, states, weights):
+        if states and states[0]: self.net.load_state_dict(weighted_average(states, weights), strict=False)
+
+    def aggregate(self, gstate, results):
+        out = super().aggregate(gstate, results)
+        self._average_private([r.client_state for r in results], [r.n for r in results])    # evaluation only
+        return out
+
+    def finish_rounds(self, cfg): return 1
+    def finish_client(self, stage, d, cs, cfg, msg): return cs, ({'state': cs, 'n': len(d)} if len(d) else {})
+    def finish_server(self, stage, cfg, reports):
+        "The server's copy from every client (not only the last round's)."
+        pairs = [reports[k] for k in sorted(reports)]
+        self._average_private([p['state'] for p in pairs], [p['n'] for p in pairs])
+        return {}
+
+    def extra_state(self):
+        return {self.server_view: {k: v.detach().clone() for k, v in self.net.state_dict().items() if self.private(k)}}
+    def load_extra_state(self, state):
+        if state.get(self.server_view): self.net.load_state_dict(state[self.server_view], strict=False)
+
 # %% ../nbs/08_baselines.ipynb #b03b0c4e
 @register('fedbn')
-class FedBN(PartialFedAvg):
+class FedBN(AveragedPrivate):
     "FedBN (Li et al. 2021): BatchNorm parameters and running statistics stay local; everything else is averaged."
     kind = 'generic+personalised'
     primary_global = 'bn_avg'
-    aggregate_uses_client_state = True    # the server's evaluation BN is the average of the clients' BN statistics
+    server_view = 'eval_bn'                # the generic model's BN: the mean of the clients' BN statistics
 
     def build(self, fed, cfg):
         super().build(fed, cfg)
@@ -100,28 +127,8 @@ class FedBN(PartialFedAvg):
 
     def private(self, key): return key in self.bn
 
-    def _set_eval_bn(self, states, weights):
-        if self.bn and states: self.net.load_state_dict(weighted_average(states, weights), strict=False)
-
-    def aggregate(self, gstate, results):
-        out = super().aggregate(gstate, results)
-        self._set_eval_bn([r.client_state for r in results], [r.n for r in results])    # evaluation only
-        return out
-
-    def finish_rounds(self, cfg): return 1
-    def finish_client(self, stage, d, cs, cfg, msg): return cs, ({'state': cs, 'n': len(d)} if len(d) else {})
-    def finish_server(self, stage, cfg, reports):
-        "Evaluation BN of the generic model: the sample-weighted mean of every client's BN statistics."
-        pairs = [reports[k] for k in sorted(reports)]
-        self._set_eval_bn([p['state'] for p in pairs], [p['n'] for p in pairs])
-        return {}
-
     def global_logits(self, x):
         return {'bn_avg': self.net(x), 'bn_init': forward_with(self.net, self.bn_init, x)}
-
-    def extra_state(self): return {'eval_bn': {k: v.detach().clone() for k, v in self.net.state_dict().items() if k in self.bn}}
-    def load_extra_state(self, state):
-        if state.get('eval_bn'): self.net.load_state_dict(state['eval_bn'], strict=False)
 
 # %% ../nbs/08_baselines.ipynb #9617d934
 @register('fedper')
@@ -132,12 +139,12 @@ class FedPer(PartialFedAvg):
 
 # %% ../nbs/08_baselines.ipynb #4fae6f32
 @register('fedrep')
-class FedRep(PartialFedAvg):
+class FedRep(AveragedPrivate):
     "FedRep (Collins et al. 2021): per round, head epochs on frozen features, then body epochs with the head frozen."
     kind = 'generic+personalised'
     defaults = dict(head_epochs=10, body_epochs=None)
     primary_global = 'head_avg'
-    aggregate_uses_client_state = True    # the generic model's head is the average of the clients' heads
+    server_view = 'head_avg'               # the generic model's head: the mean of the clients' heads
 
     def __init__(self, **hp):
         super().__init__(**hp)
@@ -163,23 +170,7 @@ class FedRep(PartialFedAvg):
         if be <= 0: return float('nan')
         return local_sgd(model, data, cfg, seed, lambda m, xb, yb: ce(m(xb), yb), params=body.parameters(), epochs=be)
 
-    def aggregate(self, gstate, results):
-        out = super().aggregate(gstate, results)
-        self.net.load_state_dict(weighted_average([r.client_state for r in results], [r.n for r in results]), strict=False)
-        return out
-
-    def finish_rounds(self, cfg): return 1
-    def finish_client(self, stage, d, cs, cfg, msg): return cs, ({'state': cs, 'n': len(d)} if len(d) else {})
-    def finish_server(self, stage, cfg, reports):
-        "The generic model's head: the sample-weighted mean of every client's head."
-        pairs = [reports[k] for k in sorted(reports)]
-        self.net.load_state_dict(weighted_average([p['state'] for p in pairs], [p['n'] for p in pairs]), strict=False)
-        return {}
-
     def global_logits(self, x): return {'head_avg': self.net(x)}
-    def extra_state(self): return {'head_avg': {k: v.detach().clone() for k, v in self.net.state_dict().items() if self.private(k)}}
-    def load_extra_state(self, state):
-        if state.get('head_avg'): self.net.load_state_dict(state['head_avg'], strict=False)
 
 # %% ../nbs/08_baselines.ipynb #9a1f39bc
 @register('lg_fedavg')

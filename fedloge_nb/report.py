@@ -8,7 +8,7 @@ import json, math
 from pathlib import Path
 import numpy as np
 import pandas as pd
-from .cli import fmt_mean_std
+from .cli import fmt_mean_std, fmt_values
 from .sweep import (rounds_to_reach, read_rows, select_best, paired_diff, selected_markdown, load_spec, expand, cell_state,
                               _num, _label)
 
@@ -329,7 +329,7 @@ def convergence(hist: pd.DataFrame, threshold: float = CONV_THRESHOLD, metric: s
         per = [rounds_to_reach(h.sort_values('round').to_dict('records'), threshold, metric) for _, h in g.groupby('seed')]
         got = [p for p in per if p is not None]
         rows.append({'method': m + (f' {v}' if isinstance(v, str) and v else ''), 'rounds per seed': ' '.join('>' if p is None else str(p) for p in per),
-                     'rounds': fmt_mean_std(np.mean(got) if len(got) == len(per) else None, np.std(got, ddof=1) if len(got) == len(per) > 1 else None, 1),
+                     'rounds': fmt_values(got, 1) if len(got) == len(per) else 'n/a',
                      'mean': np.mean(got) if len(got) == len(per) else np.inf, 'reached': f"{len(got)}/{len(per)}"})
     return pd.DataFrame(rows).set_index('method')
 

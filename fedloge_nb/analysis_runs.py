@@ -272,7 +272,7 @@ def train_analysis_runs(rounds: int = 100,             # communication rounds
                         alpha: float = 0.5,            # Dirichlet concentration of the client split
                         clients: int = 20,             # number of clients
                         model: str = 'cnn',            # feature extractor
-                        hp: str = '',                  # FedLoGe hyperparameters over its defaults, e.g. 'gamma=1'
+                        hp: str = '',                  # FedLoGe hyperparameters over its defaults, e.g. 'gamma=1.0'
                         cache: str = 'runs/analysis',  # folder of the cached runs (git-ignored)
                         out: str = 'results/analysis', # folder of the committed figures and numbers
                         deg_class: int = 0,            # class of the single-class degeneration panels

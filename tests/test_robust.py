@@ -85,15 +85,19 @@ def test_out_not_writable(tmp_path, main_in_process, monkeypatch):
         assert files(ro) == []
     finally: ro.chmod(0o755)
 
+def assert_rejected(main_in_process, cmd, args, out, msg):
+    "`fedloge_nb cmd` with bad `args` exits 2 with one line naming `msg`, and writes nothing to `out`."
+    code, so, se = main_in_process(cmd, *TINY, *args, '--out', out)
+    assert code == 2 and one_line(se) and msg in se, se
+    assert not out.exists()
+
 @pytest.mark.parametrize('args,msg', [
     (['--method', 'fedprox', '--hp', 'mu=-1'], 'mu must be >= 0'),
     (['--method', 'fedloge', '--hp', 'beta=2,sse_steps=10'], 'beta'),
     (['--alpha', '-1'], 'alpha'),
 ])
 def test_rejected_run_leaves_no_debris(tmp_path, main_in_process, args, msg):
-    code, so, se = main_in_process('run', *TINY, *args, '--out', tmp_path / 'x')
-    assert code == 2 and one_line(se) and msg in se, se
-    assert not (tmp_path / 'x').exists()
+    assert_rejected(main_in_process, 'run', args, tmp_path / 'x', msg)
 
 def test_finished_run_is_not_overwritten_silently(tmp_path, main_in_process):
     out = tmp_path / 'r'
@@ -146,9 +150,7 @@ def test_two_processes_on_one_out(tmp_path, main_in_process):
     (['--methods', ','], 'has an empty entry'),
 ])
 def test_malformed_list_flags(tmp_path, main_in_process, args, msg):
-    code, so, se = main_in_process('compare', *TINY, *args, '--out', tmp_path / 'c')
-    assert code == 2 and one_line(se) and msg in se, se
-    assert not (tmp_path / 'c').exists()
+    assert_rejected(main_in_process, 'compare', args, tmp_path / 'c', msg)
 
 def test_resume_rebuilds_an_unreadable_history_from_the_checkpoint(tmp_path, main_in_process):
     out = tmp_path / 'r'

@@ -177,7 +177,8 @@ def compare(methods: str = 'fedavg,fedloge',   # comma-separated methods
             retry_failed: bool_arg = False,   # run again the runs that failed with this same config
             **config) -> str:                 # every other flag: a `FedConfig` field (`config_flags`)
     "Run methods x seeds on the same federated data as a grid of the sweep runner (resumable); print and save the mean ± std table."
-    from fedloge_nb.sweep import compare_spec, expand, cell_state, run_grid, summary_markdown
+    from fedloge_nb.sweep import compare_spec, expand, cell_state, run_grid
+    from fedloge_nb.aggregate import summary_markdown
     base = _config(compare, config)
     ms = parse_list(methods, 'methods', example='fedavg,fedloge')
     sd = parse_list(seeds, 'seeds', int, example='0,1,2')

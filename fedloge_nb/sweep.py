@@ -10,21 +10,21 @@ from pathlib import Path
 import numpy as np
 from fastcore.script import call_parse, bool_arg, store_true
 from .federated import FedConfig, run_fl, get_method, save_json, save_csv, atomic_write, load_checkpoint, last_k_means, check_device, make_algorithm, hp_key
-from .cli import COMMANDS, hp_for, _check_names, _read_history, plot_curves, fmt_mean_std
+from .cli import COMMANDS, hp_for, _check_names, _read_history, plot_curves
+from .aggregate import (METRICS, TIME_COLS, DIAG_COLS, _is_metric, _num, _label, _save_fig, rounds_to_reach, aggregate,
+                                  summary_markdown, plot_bars, plot_sensitivity, read_rows, selected_markdown)
 
 # %% auto #0
-__all__ = ['FIELDS', 'GRID_ALIASES', 'TOP_KEYS', 'REPORT_DEFAULTS', 'SHORT', 'HP_RENAMED', 'TIME_COLS', 'DIAG_COLS',
-           'COMPARE_METRICS', 'SweepSpec', 'parse_spec', 'load_spec', 'Cell', 'expand', 'current_names', 'same_config',
-           'stale_hp', 'cell_state', 'run_cell', 'rounds_to_reach', 'cell_row', 'aggregate', 'summary_markdown',
-           'plot_bars', 'plot_sensitivity', 'read_rows', 'stable', 'select_best', 'paired_diff', 'selected_markdown',
-           'load_histories', 'write_reports', 'claim_cell', 'release_cell', 'run_grid', 'sweep', 'setting_line',
-           'compare_spec']
+__all__ = ['FIELDS', 'GRID_ALIASES', 'TOP_KEYS', 'REPORT_DEFAULTS', 'SHORT', 'HP_RENAMED', 'COMPARE_METRICS', 'SweepSpec',
+           'parse_spec', 'load_spec', 'Cell', 'expand', 'current_names', 'same_config', 'stale_hp', 'cell_state',
+           'run_cell', 'cell_row', 'load_histories', 'write_reports', 'claim_cell', 'release_cell', 'run_grid', 'sweep',
+           'setting_line', 'compare_spec']
 
 # %% ../nbs/15_sweep.ipynb #5956da09
 FIELDS = [f.name for f in dataclasses.fields(FedConfig)]
 GRID_ALIASES = {'methods': 'method', 'seeds': 'seed', 'datasets': 'dataset'}
 TOP_KEYS = ('name', 'description', 'out', 'base', 'grid', 'hp', 'report', 'meta')
-REPORT_DEFAULTS = dict(metrics=['gm_acc', 'gm_many', 'gm_med', 'gm_few', 'pm_acc', 'sec_per_round'],
+REPORT_DEFAULTS = dict(metrics=list(METRICS),
                        curves=['gm_acc', 'pm_acc'], bars=['gm_acc', 'pm_acc'], sensitivity=[],
                        converge_metric='gm_acc', converge_at=[], last_k=3, select=[], reference=None)
 
@@ -229,22 +229,7 @@ def run_cell(cell: Cell, out, fed=None, progress: bool = False, keep_checkpoints
     if not keep_checkpoints and (d/'checkpoint.pt').exists(): (d/'checkpoint.pt').unlink()
     return 'ok'
 
-# %% ../nbs/15_sweep.ipynb #a70a052d
-def rounds_to_reach(history: list, threshold: float, metric: str = 'gm_acc'):
-    "First round (of the evaluated ones) at which `metric` >= `threshold`; None if never."
-    for h in history:
-        v = h.get(metric)
-        if v is not None and not (isinstance(v, float) and math.isnan(v)) and float(v) >= threshold: return int(h['round'])
-    return None
-
-TIME_COLS = ('sec_per_round', 'train_time_s', 'finish_time_s')
-
-DIAG_COLS = ('phi_spearman', 'ft_lr_selected')
-
-def _is_metric(k: str) -> bool:
-    return ((k.startswith(('gm_', 'pm_', 'rounds_to_', 'val_', 'own_', 'psi_')) or k in TIME_COLS or k in DIAG_COLS)
-            and not k.endswith('pm_clients'))
-
+# %% ../nbs/15_sweep.ipynb #332492eb
 def _thr(t) -> str: return _v(float(t)).replace('.', 'p')
 
 def cell_row(cell: Cell, out, report: dict = REPORT_DEFAULTS) -> dict:
@@ -271,145 +256,6 @@ def cell_row(cell: Cell, out, report: dict = REPORT_DEFAULTS) -> dict:
         row['status'], row['error'] = 'failed', (lines[-1][:300] if lines else 'unknown error')
     return row
 
-def _num(v):
-    if v is None or v == '': return None
-    try: x = float(v)
-    except (TypeError, ValueError): return None
-    return None if math.isnan(x) else x
-
-def aggregate(rows: list) -> list:
-    "One row per group: descriptive columns, n_seeds / n_failed / n_pending, mean and `_std` of every metric over ok seeds."
-    groups = {}
-    for r in rows: groups.setdefault(r['group'], []).append(r)
-    metrics = list(dict.fromkeys(k for r in rows if r.get('status') == 'ok' for k in r if _is_metric(k)))
-    out = []
-    for g, rs in groups.items():
-        ok = [r for r in rs if r.get('status') == 'ok']
-        first = rs[0]
-        a = {k: v for k, v in first.items() if k not in ('cell', 'seed', 'status', 'error', 'pm_clients') and not _is_metric(k)}
-        a.update(n_seeds=len(ok), n_failed=sum(r.get('status') == 'failed' for r in rs),
-                 n_pending=sum(r.get('status') in ('pending', 'stale') for r in rs), seeds=' '.join(str(r['seed']) for r in ok))
-        for m in metrics:
-            vals = [x for x in (_num(r.get(m)) for r in ok) if x is not None]
-            a[m] = float(np.mean(vals)) if vals else None
-            a[f'{m}_std'] = float(np.std(vals, ddof=1)) if len(vals) > 1 else None
-        out.append(a)
-    return out
-
-
-
-# %% ../nbs/15_sweep.ipynb #6d6ac821
-def summary_markdown(summary: list, metrics=None, title: str = '') -> str:
-    "Markdown: one table per setting, a line per method/variant, `metrics` as mean ± std over seeds."
-    metrics = list(metrics or REPORT_DEFAULTS['metrics'])
-    lines = [f"## {title}", ''] if title else []
-    n = {k: sum(int(_num(r.get(k)) or 0) for r in summary) for k in ('n_seeds', 'n_failed', 'n_pending')}
-    lines += [f"cells: {n['n_seeds']} done, {n['n_failed']} failed, {n['n_pending']} pending", '']
-    for s in dict.fromkeys(r['setting'] for r in summary):
-        rs = [r for r in summary if r['setting'] == s]
-        lines += [f"### {s}", '', '| method | variant | ' + ' | '.join(metrics) + ' | seeds | failed |',
-                  '|---' * (len(metrics) + 4) + '|']
-        for r in rs:
-            lines.append(f"| {r['method']} | {r.get('variant') or '-'} | " + ' | '.join(fmt_mean_std(r.get(m), r.get(f'{m}_std')) for m in metrics)
-                         + f" | {int(_num(r.get('n_seeds')) or 0)} | {int(_num(r.get('n_failed')) or 0)} |")
-        lines.append('')
-    return '\n'.join(lines)
-
-def _save_fig(fig, path):
-    import matplotlib.pyplot as plt
-    if path is None: return fig
-    buf = io.BytesIO(); fig.savefig(buf, format='png', dpi=110, bbox_inches='tight'); atomic_write(path, buf.getvalue()); plt.close(fig)
-    return fig
-
-def _label(r) -> str: return r['method'] + (f" {r['variant']}" if r.get('variant') else '')
-
-def plot_bars(summary: list, metric: str = 'gm_acc', path=None):
-    "Bar chart of `metric` (mean ± std over seeds) per method/variant, one panel per setting."
-    import matplotlib.pyplot as plt
-    settings = list(dict.fromkeys(r['setting'] for r in summary))
-    fig, axes = plt.subplots(1, len(settings), figsize=(max(4, 0.5 * len(summary) / len(settings) + 2) * len(settings), 3.6), squeeze=False)
-    for ax, s in zip(axes[0], settings):
-        rs = [r for r in summary if r['setting'] == s]
-        mean = [_num(r.get(metric)) for r in rs]; std = [_num(r.get(f'{metric}_std')) or 0.0 for r in rs]
-        x = np.arange(len(rs))
-        ax.bar(x, [np.nan if m is None else m for m in mean], yerr=std, capsize=3, color='C0', alpha=.8)
-        ax.set_xticks(x); ax.set_xticklabels([_label(r) for r in rs], rotation=60, ha='right', fontsize=8)
-        ax.set_title(s, fontsize=9); ax.set_ylabel(f'{metric} (%)' if not metric.startswith(('sec', 'rounds')) else metric); ax.grid(axis='y', alpha=.3)
-    fig.tight_layout()
-    return _save_fig(fig, path)
-
-def plot_sensitivity(summary: list, x: str = 'hp.gamma', metrics=('gm_acc', 'pm_acc'), path=None):
-    "Metric (mean ± std over seeds) against a swept column `x` (e.g. 'hp.gamma'), a line per setting and method."
-    import matplotlib.pyplot as plt
-    rs = [r for r in summary if _num(r.get(x)) is not None]
-    fig, axes = plt.subplots(1, len(metrics), figsize=(4.5 * len(metrics), 3.4), squeeze=False)
-    for ax, m in zip(axes[0], metrics):
-        for key in dict.fromkeys((r['setting'], r['method']) for r in rs):
-            pts = sorted((_num(r[x]), _num(r.get(m)), _num(r.get(f'{m}_std')) or 0.0) for r in rs if (r['setting'], r['method']) == key and _num(r.get(m)) is not None)
-            if pts: ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker='o', capsize=3, label=f'{key[1]} {key[0]}')
-        ax.set_xlabel(x); ax.set_ylabel(f'{m} (%)'); ax.set_title(f'{m} vs {x}', fontsize=9); ax.grid(alpha=.3)
-    if rs: axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    return _save_fig(fig, path)
-
-def read_rows(path) -> list:
-    "Read a results/summary CSV back as dicts (numbers as floats, empty cells as None)."
-    import csv
-    with open(path) as f:
-        return [{k: (None if v == '' else (_num(v) if _num(v) is not None and k not in ('cell', 'group', 'setting', 'method', 'variant', 'hp', 'seeds', 'error', 'dataset', 'model', 'status') else v))
-                 for k, v in r.items()} for r in csv.DictReader(f)]
-
-# %% ../nbs/15_sweep.ipynb #767c75fe
-def stable(r: dict, m: str, std: bool = False):
-    "Metric `m` of a row: its last-k mean if the row has one, else its final value (`std`: the matching `_std`)."
-    k = f'{m}_lastk' if _num(r.get(f'{m}_lastk')) is not None else m
-    return _num(r.get(f'{k}_std' if std else k))
-
-def select_best(summary: list, by: str, within=('setting', 'method')) -> list:
-    "Per `within` group, the summary row with the highest stable mean of validation metric `by` (test metrics are never read)."
-    if not by.startswith('val_'): raise ValueError(f"select_best chooses on validation metrics (val_*), got {by!r}: test metrics must not choose")
-    best = {}
-    for r in summary:
-        v = stable({k: r.get(k) for k in (by, f'{by}_lastk')}, by)     # only the validation columns are looked at
-        if v is None: continue
-        key = tuple(r.get(w) for w in within)
-        if key not in best or v > best[key][0]: best[key] = (v, r)
-    return [r for _, r in best.values()]
-
-def paired_diff(rows: list, a: str, b: str, metric: str, setting: str | None = None) -> dict:
-    "Per-seed differences metric(a) - metric(b) of two labels (`method[ variant]`) over the seeds both finished: mean, std, 95% t-interval."
-    from scipy.stats import t as student_t
-    val = {}
-    for r in rows:
-        if r.get('status') != 'ok' or (setting is not None and r.get('setting') != setting): continue
-        val[(_label(r), int(_num(r['seed'])))] = stable(r, metric)
-    seeds = sorted(s for (l, s) in val if l == a and (b, s) in val and val[(a, s)] is not None and val[(b, s)] is not None)
-    d = np.array([val[(a, s)] - val[(b, s)] for s in seeds])
-    out = dict(a=a, b=b, metric=metric, seeds=seeds, n=len(d), mean=float(d.mean()) if len(d) else None, std=None, lo=None, hi=None)
-    if len(d) > 1:
-        sd = float(d.std(ddof=1)); h = float(student_t.ppf(0.975, len(d) - 1)) * sd / math.sqrt(len(d))
-        out.update(std=sd, lo=out['mean'] - h, hi=out['mean'] + h)
-    return out
-
-def selected_markdown(summary: list, rows: list, select=(('val_gm_acc', 'gm_acc'), ('val_pm_acc', 'pm_acc')), reference: str | None = 'fedloge') -> str:
-    "For each (validation metric, test metric): the variant chosen on validation per method, its test value, and the paired difference to `reference`."
-    lines = []
-    for by, m in select:
-        for s in dict.fromkeys(r['setting'] for r in summary):
-            chosen = select_best([r for r in summary if r['setting'] == s], by)
-            if not chosen: continue
-            ref = next((_label(r) for r in chosen if r['method'] == reference), None)
-            lines += [f"### {m} (variant chosen per method on {by}), {s}", '',
-                      f"| method | chosen variant | {by} | {m} | seeds | {reference} minus method, per seed (95% CI) |", '|---|---|---|---|---|---|']
-            for r in sorted(chosen, key=lambda r: -(stable(r, m) or -1e9)):
-                mark = '' if _num(r.get(f'{m}_lastk')) is not None else ' †'
-                pd = paired_diff(rows, ref, _label(r), m, s) if ref and _label(r) != ref else None
-                dtxt = '-' if pd is None or pd['mean'] is None else (f"{pd['mean']:+.2f} (n={pd['n']})" if pd['lo'] is None else f"{pd['mean']:+.2f} [{pd['lo']:+.2f}, {pd['hi']:+.2f}] (n={pd['n']})")
-                lines.append(f"| {r['method']} | {r.get('variant') or '-'} | {fmt_mean_std(stable(r, by), stable(r, by, True))} | "
-                             f"{fmt_mean_std(stable(r, m), stable(r, m, True))}{mark} | {int(_num(r.get('n_seeds')) or 0)} | {dtxt} |")
-            lines.append('')
-    lines.append("Numbers: mean ± std over seeds of the last-k mean; † = value after the post-training stage (one evaluation).")
-    return '\n'.join(lines)
 
 # %% ../nbs/15_sweep.ipynb #3779f1a1
 def _clean(rows): return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in rows]

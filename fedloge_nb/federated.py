@@ -13,22 +13,21 @@ import torch.nn as nn
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 from .datasets import atomic_write  # the one atomic file write (cache, results, checkpoints)
-_all_ = ['atomic_write']  # still importable from here (cli, sweep, scripts)
+from .guards import (_auto_device, save_json, save_csv, save_checkpoint, load_checkpoint, DivergenceError, check_finite,
+                               check_device, RUN_FILES, lock_holder, check_folder, check_out, clear_run, run_lock, check_history)
+from .evaluation import (group_accuracy, eval_mode, evaluate_global, client_scores, personal_scores, val_view, evaluate,
+                                   forward_batched)
+_all_ = ['atomic_write', 'save_json', 'save_csv', 'save_checkpoint', 'load_checkpoint', 'DivergenceError', 'check_finite', 'check_device',
+         'check_out', 'run_lock', 'evaluate', 'forward_batched']  # importable from here too: the engine is where readers look for them
 
 # %% auto #0
-__all__ = ['METHODS', 'KINDS', 'RUN_FILES', 'FedConfig', 'derive_seed', 'seed_everything', 'sample_clients', 'ClientData',
-           'client_datasets', 'weighted_average', 'ClientResult', 'register', 'Algorithm', 'shared', 'local_sgd',
-           'FedAvg', 'get_method', 'matched_hp', 'make_algorithm', 'group_accuracy', 'eval_mode', 'evaluate_global',
-           'client_scores', 'personal_scores', 'val_view', 'evaluate', 'forward_batched', 'save_json', 'save_csv',
-           'save_checkpoint', 'load_checkpoint', 'DivergenceError', 'check_finite', 'check_device', 'lock_holder',
-           'check_folder', 'check_out', 'clear_run', 'run_lock', 'check_history', 'RunResult', 'last_k_means', 'hp_key',
-           'make_summary', 'start_run', 'run_fl', 'check_run', 'atomic_write']
+__all__ = ['METHODS', 'KINDS', 'FedConfig', 'derive_seed', 'seed_everything', 'sample_clients', 'ClientData', 'client_datasets',
+           'weighted_average', 'ClientResult', 'register', 'Algorithm', 'shared', 'local_sgd', 'FedAvg', 'get_method',
+           'matched_hp', 'make_algorithm', 'RunResult', 'last_k_means', 'hp_key', 'make_summary', 'start_run', 'run_fl',
+           'check_run', 'atomic_write', 'save_json', 'save_csv', 'save_checkpoint', 'load_checkpoint',
+           'DivergenceError', 'check_finite', 'check_device', 'check_out', 'run_lock', 'evaluate', 'forward_batched']
 
 # %% ../nbs/04_federated.ipynb #98d60cf2
-def _auto_device(device: str | None) -> str:
-    if device in (None, '', 'auto'): return 'cuda' if torch.cuda.is_available() else 'cpu'
-    return str(device)
-
 @dataclass
 class FedConfig:
     "Everything that defines a federated run: data protocol, federation, local optimisation, method hyperparameters."
@@ -343,249 +342,6 @@ def make_algorithm(cfg: FedConfig) -> Algorithm:
     "Instantiate `cfg.method` with hyperparameters `cfg.hp` (and the matched post-training budget, if `cfg.post_epochs`)."
     cls = get_method(cfg.method)
     return cls(**{**cfg.hp, **matched_hp(cls, cfg)})
-
-# %% ../nbs/04_federated.ipynb #beeaf7d5
-@torch.no_grad()
-def _predict(fn, x, bs=2048) -> dict:
-    outs = {}
-    for i in range(0, len(x), bs):
-        for m, lg in fn(x[i:i + bs]).items(): outs.setdefault(m, []).append(lg.argmax(1))
-    return {m: torch.cat(v) for m, v in outs.items()}
-
-def group_accuracy(pred, y, shots: dict) -> dict:
-    "Top-1 accuracy overall and per shot group (NaN for an empty group)."
-    out = {'acc': (pred == y).float().mean().item() if len(y) else float('nan')}
-    for g, cls in shots.items():
-        m = torch.isin(y, torch.as_tensor(cls, device=y.device))
-        out[g] = (pred[m] == y[m]).float().mean().item() if m.any() else float('nan')
-    return out
-
-@contextlib.contextmanager
-def eval_mode(algo):
-    "Put every nn.Module attribute of `algo` in eval mode; restore each one's train/eval flag on exit."
-    nets = [m for m in vars(algo).values() if isinstance(m, nn.Module)]
-    modes = [m.training for m in nets]
-    for m in nets: m.eval()
-    try: yield algo
-    finally:
-        for m, t in zip(nets, modes): m.train(t)
-
-def evaluate_global(algo: Algorithm, fed, bs: int = 2048) -> dict:
-    "GM: accuracy (+ many/med/few) of every generic inference mode on the balanced test set of `fed`, in % (None without a generic model)."
-    res = {}
-    if not algo.has_global: return dict(gm_acc=None, gm_many=None, gm_med=None, gm_few=None)
-    with eval_mode(algo):
-        x, y = fed.x_test.to(algo.device), fed.y_test.to(algo.device)
-        for mode, pred in _predict(algo.global_logits, x, bs).items():
-            ga = group_accuracy(pred, y, fed.shots)
-            sfx = '' if mode == algo.primary_global else f'_{mode}'
-            res[f'gm_acc{sfx}'] = 100 * ga['acc']
-            for g in ('many', 'med', 'few'): res[f'gm_{g}{sfx}'] = 100 * ga.get(g, float('nan'))
-            if mode == algo.primary_global: res[f'gm_acc_{mode}'] = res['gm_acc']
-    return res
-
-def client_scores(algo: Algorithm, d: ClientData, cstate: dict, bs: int = 2048) -> dict:
-    "Client side of PM: `{mode: (accuracy in [0, 1], local test size)}` of its personalised model(s) on its local test set ({} if empty)."
-    if len(d.y_test) == 0: return {}
-    with eval_mode(algo):
-        preds = _predict(lambda xb: algo.personal_logits(xb, cstate, d), d.x_test, bs)
-    return {mode: ((pred == d.y_test).float().mean().item(), len(d.y_test)) for mode, pred in preds.items()}
-
-def personal_scores(algo: Algorithm, scores: list) -> dict:
-    "PM from the clients' `client_scores`, in client order: unweighted and test-size-weighted means per mode, in %."
-    per, res = {}, {}
-    for sc in scores:
-        for mode, an in sc.items(): per.setdefault(mode, []).append(an)
-    for mode, accs in per.items():
-        a = np.array([p[0] for p in accs]); n = np.array([p[1] for p in accs])
-        sfx = '' if mode == algo.primary_personal else f'_{mode}'
-        res[f'pm_acc{sfx}'] = 100 * float(a.mean())
-        res[f'pm_acc_weighted{sfx}'] = 100 * float((a * n).sum() / n.sum())
-        if mode == algo.primary_personal:
-            res[f'pm_acc_{mode}'] = res['pm_acc']; res['client_acc'] = [round(100 * float(v), 4) for v in a]
-    res['pm_clients'] = len(per.get(algo.primary_personal, []))
-    return res
-
-def val_view(fed, clients: list):
-    "`fed` and `clients` with the validation data in the place of the test data (for `split='val'`)."
-    return (dataclasses.replace(fed, x_test=fed.x_val, y_test=fed.y_val),
-            [dataclasses.replace(d, x_test=d.x_val, y_test=d.y_val) for d in clients])
-
-def evaluate(algo: Algorithm, fed, clients: list, client_states: list, bs: int = 2048, split: str = 'test') -> dict:
-    "GM (+ many/med/few) and PM (unweighted and weighted) accuracy for every inference mode, in %; `split='val'`: on validation data, keys `val_*`."
-    if split == 'val':
-        if not getattr(fed, 'has_val', False): return {}
-        vfed, vcl = val_view(fed, clients)
-        return {f'val_{k}': v for k, v in evaluate(algo, vfed, vcl, client_states, bs).items() if k != 'client_acc'}
-    if split != 'test': raise ValueError(f"split must be 'test' or 'val', got {split!r}")
-    res = evaluate_global(algo, fed, bs)
-    res.update(personal_scores(algo, [client_scores(algo, d, cs, bs) for d, cs in zip(clients, client_states)]))
-    return res
-
-
-# %% ../nbs/04_federated.ipynb #e0245a00
-@torch.no_grad()
-def forward_batched(fn, x: torch.Tensor, bs: int = 1024) -> torch.Tensor:
-    "`fn(x)` in batches of `bs` rows under no_grad, concatenated (x must not be empty)."
-    return torch.cat([fn(x[i:i + bs]) for i in range(0, len(x), bs)])
-
-# %% ../nbs/04_federated.ipynb #6a7c2608
-def save_json(path, obj): atomic_write(path, json.dumps(obj, indent=1, default=_json_default) + '\n')
-
-def _json_default(o):
-    if isinstance(o, (np.floating, np.integer)): return o.item()
-    if isinstance(o, torch.Tensor): return o.tolist()
-    if isinstance(o, Path): return str(o)
-    raise TypeError(f"not JSON serialisable: {type(o)}")
-
-def save_csv(path, rows: list[dict]):
-    "Write a list of flat dicts as CSV atomically (union of keys, in first-seen order)."
-    keys = list(dict.fromkeys(k for r in rows for k in r if not isinstance(r[k], (list, dict))))
-    buf = io.StringIO(); w = csv.DictWriter(buf, keys, extrasaction='ignore'); w.writeheader(); w.writerows(rows)
-    atomic_write(path, buf.getvalue())
-
-def save_checkpoint(path, ckpt: dict):
-    "torch.save to a temp file, then os.replace."
-    buf = io.BytesIO(); torch.save(ckpt, buf); atomic_write(path, buf.getvalue())
-
-def load_checkpoint(path) -> dict:
-    "Load a checkpoint written by `save_checkpoint` (weights_only), with a clear error when missing or corrupted."
-    path = Path(path)
-    if not path.exists(): raise FileNotFoundError(f"no checkpoint at {path}: run without --resume to start fresh")
-    try: return torch.load(path, map_location='cpu', weights_only=True)
-    except Exception as e:
-        raise ValueError(f"checkpoint {path} is corrupted or not a fedloge_nb checkpoint ({type(e).__name__}: {e}); "
-                         f"delete it and run without --resume") from None
-
-# %% ../nbs/04_federated.ipynb #g0a7d1e2
-class DivergenceError(RuntimeError):
-    "Training produced a non-finite loss or state: the run stops and its last good checkpoint stays on disk."
-
-def _nonfinite(state, name: str = '') -> str | None:
-    if isinstance(state, torch.Tensor):
-        return (name or 'tensor') if state.is_floating_point() and not bool(torch.isfinite(state).all()) else None
-    items = state.items() if isinstance(state, dict) else enumerate(state) if isinstance(state, (list, tuple)) else ()
-    for k, v in items:
-        bad = _nonfinite(v, f'{name}.{k}' if name else str(k))
-        if bad is not None: return bad
-    return None
-
-def check_finite(rnd: int, cfg: FedConfig, state, client: int | None = None, loss: float = float('nan')):
-    "Raise `DivergenceError` (round, client, fix) when `loss` is infinite or `state` holds a NaN or inf."
-    try: loss = float(loss)
-    except (TypeError, ValueError): loss = float('nan')
-    bad = 'loss' if math.isinf(loss) else _nonfinite(state)
-    if bad is None: return
-    who = f"client {client}: loss {loss:.3g}" if client is not None else "server aggregate"
-    raise DivergenceError(f"training diverged in round {rnd} ({who}, non-finite {bad}): "
-                          f"lower --lr (now {cfg.lr:g}) or check the data")
-
-def check_device(device: str | None) -> str:
-    "The device `device` names ('auto': cuda when there is one), or a ValueError listing the devices this machine has."
-    d = _auto_device(device)
-    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    mps = getattr(torch.backends, 'mps', None) is not None and torch.backends.mps.is_available()
-    have = ', '.join(['cpu'] + [f'cuda:{i}' for i in range(n)] + (['mps'] if mps else []))
-    try: dev = torch.device(d)
-    except (RuntimeError, ValueError): raise ValueError(f"unknown device {d!r}; this machine has {have}: use e.g. --device cpu") from None
-    if dev.type == 'cuda' and n == 0:
-        raise ValueError(f"device {d!r}: no CUDA GPU here (torch.cuda.is_available() is False); this machine has {have}: use --device cpu")
-    if dev.type == 'cuda' and dev.index is not None and dev.index >= n:
-        raise ValueError(f"device {d!r}: this machine has {n} GPU(s) ({have}): use --device cuda:{n - 1} or --device cpu")
-    if dev.type == 'mps' and not mps:
-        raise ValueError(f"device {d!r}: MPS is not available here; this machine has {have}: use --device cpu")
-    if dev.type not in ('cpu', 'cuda', 'mps'): raise ValueError(f"device {d!r} is not supported; this machine has {have}: use --device cpu")
-    return d
-
-# %% ../nbs/04_federated.ipynb #g0a7d1e4
-RUN_FILES = ('config.json', 'history.csv', 'checkpoint.pt', 'summary.json')
-
-def _alive(pid: int) -> bool:
-    try: os.kill(pid, 0); return True
-    except ProcessLookupError: return False
-    except PermissionError: return True
-
-def lock_holder(path) -> int | None:
-    "Pid of the live process, other than this one, holding lock file `path` (None: free, stale or ours)."
-    try: pid = int(Path(path).read_text().strip() or 0)
-    except (OSError, ValueError): return None
-    return pid if pid and pid != os.getpid() and _alive(pid) else None
-
-def check_folder(out) -> Path:
-    "Check, writing nothing, that `out` is (or can become) a writable folder that no live process has locked."
-    out = Path(out)
-    if out.exists() and not out.is_dir(): raise ValueError(f"--out {out} is a file, not a folder: choose another --out")
-    p = out.absolute()
-    while not p.exists(): p = p.parent
-    if not p.is_dir(): raise ValueError(f"--out {out} cannot be created: {p} is a file; choose another --out")
-    if not os.access(p, os.W_OK | os.X_OK): raise ValueError(f"--out {out} is not writable ({p}: permission denied): choose another --out")
-    holder = lock_holder(out/'.lock')
-    if holder: raise ValueError(f"--out {out} is in use by another run (pid {holder}, lock {out/'.lock'}): wait for it or choose another --out")
-    return out
-
-def check_out(out, cfg: FedConfig, resume: bool = False, overwrite: bool = False) -> Path:
-    "Check, writing nothing, that folder `out` can take this run; a ValueError says why not and what to do."
-    out = check_folder(out)
-    if resume and overwrite: raise ValueError("--resume and --overwrite contradict each other: give one of them")
-    c, key = out/'config.json', cfg.key()
-    if resume and not c.exists(): raise FileNotFoundError(f"no run in {out} to resume (config.json missing): run without --resume")
-    if overwrite or not c.exists(): return out
-    try: old = json.loads(c.read_text()).get('config')
-    except (OSError, ValueError, AttributeError): raise ValueError(f"{c} is unreadable: use another --out, or --overwrite true to replace the run") from None
-    if old != key:
-        diff = sorted(k for k in set(old or {}) | set(key) if (old or {}).get(k) != key.get(k))
-        raise ValueError(f"{out} holds a run with a different config (differs in {diff}); use another --out, delete the folder or --overwrite true")
-    if resume: return out
-    if (out/'summary.json').exists():
-        raise ValueError(f"--out {out} holds a finished run of this config: use --resume true to reuse it, another --out, or --overwrite true to replace it")
-    if (out/'checkpoint.pt').exists():
-        raise ValueError(f"--out {out} holds an unfinished run of this config (checkpoint.pt): use --resume true to continue it, "
-                         f"another --out, or --overwrite true to start again")
-    return out
-
-def clear_run(out):
-    "Delete the files a run writes into `out` (`RUN_FILES`), for an explicit overwrite; other files stay."
-    for f in RUN_FILES: (Path(out)/f).unlink(missing_ok=True)
-
-@contextlib.contextmanager
-def run_lock(out):
-    "Hold `OUT/.lock` (our pid) while a run writes into `out`: a live holder is refused by pid, a stale lock taken over."
-    out = Path(out); p = out/'.lock'; tmp = out/f'.lock.{os.getpid()}.tmp'
-    try: out.mkdir(parents=True, exist_ok=True); tmp.write_text(str(os.getpid()))
-    except OSError as e: raise ValueError(f"cannot write to --out {out} ({e.strerror or e}): choose another --out") from None
-    try:
-        for _ in range(3):
-            try: os.link(tmp, p); break                     # atomic, and the lock file is complete when it appears
-            except FileExistsError:
-                holder = lock_holder(p)
-                if holder: raise ValueError(f"--out {out} is in use by another run (pid {holder}, lock {p}): wait for it or choose another --out") from None
-                p.unlink(missing_ok=True)                   # stale: its process is gone
-        else: raise ValueError(f"could not take the lock {p}: try again")
-    finally: tmp.unlink(missing_ok=True)
-    try: yield p
-    finally:
-        try:
-            if p.read_text().strip() == str(os.getpid()): p.unlink()
-        except FileNotFoundError: pass
-
-def check_history(out) -> str | None:
-    "Before a resume: rebuild `OUT/history.csv` from the checkpoint when it is missing, unreadable or disagrees; says what it did."
-    out = Path(out); ck = load_checkpoint(out/'checkpoint.pt'); hist, p = ck.get('history', []), out/'history.csv'
-    want, problem = [int(h['round']) for h in hist], None
-    if not p.exists(): problem = 'missing' if hist else None
-    else:
-        try:
-            with open(p, newline='') as f:
-                rd = csv.DictReader(f)
-                if 'round' not in (rd.fieldnames or []): raise ValueError('no round column')
-                got = [int(float(r['round'])) for r in rd]
-        except (csv.Error, ValueError, TypeError, UnicodeDecodeError) as e: problem = f'unreadable ({e})'
-        else:
-            if [r for r in got if r <= ck['round']] != want: problem = 'not the history of checkpoint.pt'
-    if problem is None: return None
-    if hist: save_csv(p, hist)
-    else: p.unlink(missing_ok=True)
-    return f"{p} was {problem}: rebuilt it from checkpoint.pt ({len(hist)} evaluation(s) up to round {ck['round']})"
 
 # %% ../nbs/04_federated.ipynb #f43d4329
 @dataclass

@@ -71,7 +71,7 @@ def _client(msg, context):
     return cfg, algo, clients[k], cs, k
 
 def _problem(state) -> str:
-    from fedloge_nb.federated import _nonfinite
+    from fedloge_nb.guards import _nonfinite
     bad = _nonfinite(state); return '' if bad is None else bad
 
 def _reply(msg, info: dict, **records):

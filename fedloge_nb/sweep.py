@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 from fastcore.script import call_parse, bool_arg, store_true
 from .federated import FedConfig, run_fl, get_method, save_json, save_csv, atomic_write, load_checkpoint, last_k_means, check_device, make_algorithm, hp_key
+from .guards import take_lock, release_lock
 from .cli import COMMANDS, hp_for, _check_names, _read_history, plot_curves
 from .aggregate import (METRICS, TIME_COLS, DIAG_COLS, _is_metric, _num, _label, _save_fig, rounds_to_reach, aggregate,
                                   summary_markdown, plot_bars, plot_sensitivity, read_rows, selected_markdown)
@@ -17,8 +18,8 @@ from .aggregate import (METRICS, TIME_COLS, DIAG_COLS, _is_metric, _num, _label,
 # %% auto #0
 __all__ = ['FIELDS', 'GRID_ALIASES', 'TOP_KEYS', 'REPORT_DEFAULTS', 'SHORT', 'HP_RENAMED', 'COMPARE_METRICS', 'SweepSpec',
            'parse_spec', 'load_spec', 'Cell', 'expand', 'current_names', 'same_config', 'stale_hp', 'cell_state',
-           'run_cell', 'cell_row', 'load_histories', 'write_reports', 'claim_cell', 'release_cell', 'run_grid', 'sweep',
-           'setting_line', 'compare_spec']
+           'run_cell', 'cell_row', 'load_histories', 'write_reports', 'claim_cell', 'run_grid', 'sweep', 'setting_line',
+           'compare_spec']
 
 # %% ../nbs/15_sweep.ipynb #5956da09
 FIELDS = [f.name for f in dataclasses.fields(FedConfig)]
@@ -299,33 +300,10 @@ def write_reports(spec: SweepSpec, cells: list, out, plots: bool = True) -> list
     return summary
 
 # %% ../nbs/15_sweep.ipynb #b1ceebcb
-def _alive(pid: int) -> bool:
-    try: os.kill(pid, 0); return True
-    except ProcessLookupError: return False
-    except PermissionError: return True
-
 def claim_cell(cell: Cell, out) -> Path | None:
-    "Take the cell's lock `OUT/.locks/<cell>.lock` (holding our pid); None while another live process holds it."
+    "Take the cell's lock `OUT/.locks/<cell>.lock` (our pid, `guards.take_lock`); None while another live process holds it."
     locks = Path(out)/'.locks'; locks.mkdir(parents=True, exist_ok=True)
-    p, tmp = locks/f'{cell.name}.lock', locks/f'.{cell.name}.{os.getpid()}.tmp'
-    tmp.write_text(str(os.getpid()))
-    try:
-        for _ in range(3):
-            try: os.link(tmp, p); return p                  # atomic, and the lock file is complete when it appears
-            except FileExistsError:
-                try: pid = int(p.read_text().strip() or 0)
-                except (ValueError, FileNotFoundError): pid = 0
-                if pid == os.getpid(): return p
-                if pid and _alive(pid): return None
-                p.unlink(missing_ok=True)                   # stale: its process is gone
-        return None
-    finally: tmp.unlink(missing_ok=True)
-
-def release_cell(lock: Path | None):
-    "Remove a lock taken by `claim_cell` (only if it is still ours)."
-    try:
-        if lock is not None and lock.read_text().strip() == str(os.getpid()): lock.unlink()
-    except FileNotFoundError: pass
+    return take_lock(locks/f'{cell.name}.lock')
 
 def run_grid(spec: SweepSpec, cells: list, out, config_file: str | None = None, dry_run: bool = False, only: str | None = None,
              max_cells: int | None = None, device: str = 'auto', progress: bool = True, run_progress: bool = False,
@@ -371,7 +349,7 @@ def run_grid(spec: SweepSpec, cells: list, out, config_file: str | None = None, 
                     fed, fed_key = make_fed_data(**c.cfg.data_args()), k
                 except Exception: fed = None            # run_cell rebuilds it and records the error
             if run_cell(c, out, fed, progress=run_progress, keep_checkpoints=keep_checkpoints) == 'failed': failed.append(c.name)
-        finally: release_cell(lock)
+        finally: release_lock(lock)
         write_reports(spec, cells, out, plots=False)
     summary = write_reports(spec, cells, out, plots=plots)
     if failed: print(f"{len(failed)} cell(s) failed (see OUT/<cell>/error.txt): {', '.join(failed)}", file=sys.stderr)

@@ -37,7 +37,8 @@ def test_killed_supernode_stops_the_job_cleanly(tmp_path):
     finally:
         if p.poll() is None: p.send_signal(signal.SIGTERM); p.wait(60)
     assert p.returncode == 1, (p.returncode, so, se)
-    assert 'client 0' in se or 'client(s) [0]' in se, se             # the error names the missing client
+    # the error names the killed client first; on a loaded machine the live one may also miss the 30 s timeout
+    assert 'client 0' in se or re.search(r'client\(s\) \[0[,\]]', se), se
     assert (out / 'error.txt').exists() and not (out / 'summary.json').exists()
     left = _alive_with(f'FLWR_HOME={home}'.encode() + b'\0')
     assert not left, f"processes left behind: {left}"

@@ -4,9 +4,9 @@
 
 # %% ../nbs/14b_aggregate.ipynb #f1f8d3d1
 from __future__ import annotations
-import io, math
+import math
 import numpy as np
-from .federated import atomic_write
+from .guards import save_png
 from .cli import fmt_mean_std
 
 # %% auto #0
@@ -75,9 +75,7 @@ def summary_markdown(summary: list, metrics=None, title: str = '') -> str:
     return '\n'.join(lines)
 
 def _save_fig(fig, path):
-    import matplotlib.pyplot as plt
-    if path is None: return fig
-    buf = io.BytesIO(); fig.savefig(buf, format='png', dpi=110, bbox_inches='tight'); atomic_write(path, buf.getvalue()); plt.close(fig)
+    if path is not None: save_png(fig, path, bbox_inches='tight')
     return fig
 
 def _label(r) -> str: return r['method'] + (f" {r['variant']}" if r.get('variant') else '')

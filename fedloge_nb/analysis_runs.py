@@ -4,12 +4,13 @@
 
 # %% ../nbs/14a_analysis_runs.ipynb #8d3a4576
 from __future__ import annotations
-import io, json, platform, subprocess, sys, time
+import json, platform, subprocess, sys, time
 from pathlib import Path
 import numpy as np
 import torch
 from fastcore.script import anno_parser, store_true
 from .federated import atomic_write
+from .guards import save_png
 from .cli import parse_hp
 from .etf import etf_stats
 from .realign import ga_fr
@@ -22,8 +23,7 @@ from .realign_analysis import gm_groups, finetune_curve, plot_gm_groups, plot_cl
 # %% auto #0
 __all__ = ['BACKBONES', 'COMMITTED_HP', 'PRUNING_RATIOS', 'T7_MODES', 'SCRIPT', 'analysis_runs', 'run_features', 'committed_runs',
            'degeneration_figure', 'pruning_figure', 'tsne_figure', 'norms_figure', 'realignment_figure', 'round_floats',
-           'numbers_differ', 'save_png', 'save_table', 'analysis_header', 'make_analysis', 'train_analysis_runs',
-           'main']
+           'numbers_differ', 'save_table', 'analysis_header', 'make_analysis', 'train_analysis_runs', 'main']
 
 # %% ../nbs/14a_analysis_runs.ipynb #b8c8d284
 BACKBONES = {'etf': 'dense ETF', 'sse_c': 'SSE-C'}    # the two analysis backbones: key of analysis_configs -> name in titles
@@ -201,11 +201,6 @@ def numbers_differ(new, ref, eps: float = 1e-3, path: str = '') -> list:
     if isinstance(new, (int, float)) and isinstance(ref, (int, float)) and not (nan(new) or nan(ref)):
         return [] if abs(new - ref) <= eps else [f'{path}: {new} vs {ref}']
     return [] if new == ref else [f'{path}: {new!r} vs {ref!r}']
-
-def save_png(fig, path, dpi: int = 110):
-    "Write a matplotlib figure as PNG atomically and close it."
-    import matplotlib.pyplot as plt
-    buf = io.BytesIO(); fig.savefig(buf, format='png', dpi=dpi); atomic_write(path, buf.getvalue()); plt.close(fig)
 
 def save_table(df, path, **kw):
     "Write a DataFrame as CSV atomically (kw go to DataFrame.to_csv)."

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from .aggregate import read_rows, select_best, paired_diff, selected_markdown, _num, _label
+from .guards import save_png
 from .report import sweep_path, cell_summaries, command, not_run, ms
 
 # %% auto #0
@@ -119,5 +120,5 @@ def plot_psi_norms(exps=BUDGETS, sweeps=None, path=None):
         ax.set_title(f'FedLoGe gamma = 1, {title}' if cells else f'{title}: not run yet', fontsize=8); ax.grid(alpha=.3)
         if cells: ax.legend(fontsize=7, title='o final, x initial', title_fontsize=7)
     fig.tight_layout()
-    if path is not None: fig.savefig(path, dpi=110, bbox_inches='tight'); plt.close(fig)
+    if path is not None: save_png(fig, path, bbox_inches='tight')
     return fig

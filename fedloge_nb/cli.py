@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 from fastcore.script import call_parse, anno_parser, Param, bool_arg
 from fastcore.docments import docments
-from .federated import FedConfig, run_fl, get_method, METHODS, _load_methods, save_json, save_csv, atomic_write
+from .federated import FedConfig, run_fl, get_method, METHODS, _load_methods, save_json, save_csv
 from .federated import DivergenceError, check_device, check_run, check_folder, check_out, run_lock, clear_run, check_history
+from .guards import save_png
 
 # %% auto #0
 __all__ = ['COMMANDS', 'parse_hp', 'parse_list', 'hp_for', 'config_flags', 'run', 'fmt_mean_std', 'fmt_values', 'plot_curves',
@@ -157,8 +158,7 @@ def plot_curves(histories: dict, path=None, keys=('gm_acc', 'pm_acc')):
     handles = {l: h for ax in axes[0] for h, l in zip(*ax.get_legend_handles_labels())}   # every method once
     axes[0][-1].legend(handles.values(), handles.keys(), fontsize=8, loc='center left', bbox_to_anchor=(1.02, 0.5))
     fig.tight_layout()
-    if path is not None:
-        import io; buf = io.BytesIO(); fig.savefig(buf, format='png', dpi=110); atomic_write(path, buf.getvalue()); plt.close(fig)
+    if path is not None: save_png(fig, path)
     return fig
 
 def _read_history(path) -> list:

@@ -11,9 +11,9 @@ import torch
 from .datasets import atomic_write  # the one atomic file write (cache, results, checkpoints)
 
 # %% auto #0
-__all__ = ['RUN_FILES', 'save_json', 'save_csv', 'save_checkpoint', 'load_checkpoint', 'DivergenceError', 'check_finite',
-           'check_device', 'lock_holder', 'check_folder', 'check_out', 'clear_run', 'take_lock', 'release_lock',
-           'run_lock', 'check_history']
+__all__ = ['RUN_FILES', 'save_json', 'save_csv', 'save_png', 'save_checkpoint', 'load_checkpoint', 'DivergenceError',
+           'check_finite', 'check_device', 'lock_holder', 'check_folder', 'check_out', 'clear_run', 'take_lock',
+           'release_lock', 'run_lock', 'check_history']
 
 # %% ../nbs/03a_guards.ipynb #6a7c2608
 def save_json(path, obj): atomic_write(path, json.dumps(obj, indent=1, default=_json_default) + '\n')
@@ -29,6 +29,11 @@ def save_csv(path, rows: list[dict]):
     keys = list(dict.fromkeys(k for r in rows for k in r if not isinstance(r[k], (list, dict))))
     buf = io.StringIO(); w = csv.DictWriter(buf, keys, extrasaction='ignore'); w.writeheader(); w.writerows(rows)
     atomic_write(path, buf.getvalue())
+
+def save_png(fig, path, dpi: int = 110, bbox_inches=None):
+    "Write a matplotlib figure as PNG atomically and close it (`bbox_inches='tight'` crops it)."
+    import matplotlib.pyplot as plt
+    buf = io.BytesIO(); fig.savefig(buf, format='png', dpi=dpi, bbox_inches=bbox_inches); atomic_write(path, buf.getvalue()); plt.close(fig)
 
 def save_checkpoint(path, ckpt: dict):
     "torch.save to a temp file, then os.replace."
@@ -95,10 +100,14 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError: return False
     except PermissionError: return True
 
+def _lock_pid(path) -> int | None:
+    "The pid written in lock file `path` (None: missing, unreadable or empty)."
+    try: return int(Path(path).read_text().strip() or 0) or None
+    except (OSError, ValueError): return None
+
 def lock_holder(path) -> int | None:
     "Pid of the live process, other than this one, holding lock file `path` (None: free, stale or ours)."
-    try: pid = int(Path(path).read_text().strip() or 0)
-    except (OSError, ValueError): return None
+    pid = _lock_pid(path)
     return pid if pid and pid != os.getpid() and _alive(pid) else None
 
 def check_folder(out) -> Path:
@@ -145,19 +154,16 @@ def take_lock(p) -> Path | None:
         for _ in range(3):
             try: os.link(tmp, p); return p                  # atomic, and the lock file is complete when it appears
             except FileExistsError:
-                if lock_holder(p): return None
-                try:
-                    if p.read_text().strip() == str(os.getpid()): return p    # ours already: re-entrant
-                except OSError: pass
+                pid = _lock_pid(p)
+                if pid == os.getpid(): return p             # ours already: re-entrant
+                if pid and _alive(pid): return None
                 p.unlink(missing_ok=True)                   # stale: its process is gone
         return None
     finally: tmp.unlink(missing_ok=True)
 
 def release_lock(p):
     "Remove lock file `p` if it is still ours (None: nothing to do)."
-    try:
-        if p is not None and Path(p).read_text().strip() == str(os.getpid()): Path(p).unlink()
-    except FileNotFoundError: pass
+    if p is not None and _lock_pid(p) == os.getpid(): Path(p).unlink(missing_ok=True)
 
 @contextlib.contextmanager
 def run_lock(out):

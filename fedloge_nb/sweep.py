@@ -12,7 +12,7 @@ from fastcore.script import call_parse, bool_arg, store_true
 from .federated import FedConfig, run_fl, get_method, save_json, save_csv, atomic_write, load_checkpoint, last_k_means, check_device, make_algorithm, hp_key
 from .guards import take_lock, release_lock
 from .cli import COMMANDS, hp_for, _check_names, _read_history, plot_curves
-from .aggregate import (METRICS, TIME_COLS, DIAG_COLS, _is_metric, _num, _label, _save_fig, rounds_to_reach, aggregate,
+from .aggregate import (METRICS, _is_metric, _label, _save_fig, rounds_to_reach, aggregate,
                                   summary_markdown, plot_bars, plot_sensitivity, read_rows, selected_markdown)
 
 # %% auto #0

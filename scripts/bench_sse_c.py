@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Time the reference SSE-C construction and check the issue-2 bars.
+"""Time the reference SSE-C construction and check its acceptance bars.
 
     python scripts/bench_sse_c.py                      # reference setting, 1 torch thread
     python scripts/bench_sse_c.py --threads 2          # both cores
@@ -23,7 +23,7 @@ REF = dict(d=512, C=100, beta=0.6, gamma=0.1, steps=10_000, lr=1e-4)
 
 
 def check(st, secs, d, C, beta, gamma, max_seconds):
-    "List of (bar, value, ok) for the issue-2 bars."
+    "List of (bar, value, ok) for the acceptance bars (exact sparsity, norms, angles, time)."
     n_zero = round(st['sparsity'] * d * C)
     return [
         (f"exactly {beta:.0%} zeros ({round(beta * d * C)})", n_zero, n_zero == round(beta * d * C)),

@@ -122,16 +122,30 @@ def stable(r: dict, m: str, std: bool = False):
     k = f'{m}_lastk' if _num(r.get(f'{m}_lastk')) is not None else m
     return _num(r.get(f'{k}_std' if std else k))
 
-def select_best(summary: list, by: str, within=('setting', 'method')) -> list:
-    "Per `within` group, the summary row with the highest stable mean of validation metric `by` (test metrics are never read)."
+def _val_by_seed(rows: list, by: str) -> dict:
+    "{(setting, label): {seed: value}} of validation metric `by` over finished rows (only the validation columns are read)."
+    out = {}
+    for r in rows:
+        if r.get('status') != 'ok': continue
+        v = stable({k: r.get(k) for k in (by, f'{by}_lastk')}, by)
+        if v is not None: out.setdefault((r.get('setting'), _label(r)), {})[int(_num(r['seed']))] = v
+    return out
+
+def select_best(summary: list, by: str, within=('setting', 'method'), rows: list | None = None) -> list:
+    "Per `within` group, the summary row with the best mean of validation metric `by`; with `rows`, the mean over the seeds every candidate finished (test metrics are never read)."
     if not by.startswith('val_'): raise ValueError(f"select_best chooses on validation metrics (val_*), got {by!r}: test metrics must not choose")
-    best = {}
+    groups = {}
     for r in summary:
         v = stable({k: r.get(k) for k in (by, f'{by}_lastk')}, by)     # only the validation columns are looked at
-        if v is None: continue
-        key = tuple(r.get(w) for w in within)
-        if key not in best or v > best[key][0]: best[key] = (v, r)
-    return [r for _, r in best.values()]
+        if v is not None: groups.setdefault(tuple(r.get(w) for w in within), []).append((v, r))
+    per_seed = _val_by_seed(rows, by) if rows is not None else {}
+    out = []
+    for cands in groups.values():
+        seeds = set.intersection(*(set(per_seed.get((r.get('setting'), _label(r)), {})) for _, r in cands)) if per_seed else set()
+        if seeds: cands = [(float(np.mean([per_seed[(r.get('setting'), _label(r))][s] for s in seeds])), r) for _, r in cands]
+        best = max(cands, key=lambda c: c[0])[1]                         # ties: the first grid point
+        out.append({**best, 'chosen_on': ' '.join(map(str, sorted(seeds))) if len(cands) > 1 else ''})
+    return out
 
 def paired_diff(rows: list, a: str, b: str, metric: str, setting: str | None = None) -> dict:
     "Per-seed differences metric(a) - metric(b) of two labels (`method[ variant]`) over the seeds both finished: mean, std, 95% t-interval."
@@ -153,7 +167,7 @@ def selected_markdown(summary: list, rows: list, select=(('val_gm_acc', 'gm_acc'
     lines = []
     for by, m in select:
         for s in dict.fromkeys(r['setting'] for r in summary):
-            chosen = select_best([r for r in summary if r['setting'] == s], by)
+            chosen = select_best([r for r in summary if r['setting'] == s], by, rows=rows)
             if not chosen: continue
             ref = next((_label(r) for r in chosen if r['method'] == reference), None)
             lines += [f"### {m} (variant chosen per method on {by}), {s}", '',
@@ -162,8 +176,10 @@ def selected_markdown(summary: list, rows: list, select=(('val_gm_acc', 'gm_acc'
                 mark = '' if _num(r.get(f'{m}_lastk')) is not None else ' †'
                 pd = paired_diff(rows, ref, _label(r), m, s) if ref and _label(r) != ref else None
                 dtxt = '-' if pd is None or pd['mean'] is None else (f"{pd['mean']:+.2f} (n={pd['n']})" if pd['lo'] is None else f"{pd['mean']:+.2f} [{pd['lo']:+.2f}, {pd['hi']:+.2f}] (n={pd['n']})")
-                lines.append(f"| {r['method']} | {r.get('variant') or '-'} | {fmt_mean_std(stable(r, by), stable(r, by, True))} | "
+                on = f" (on seeds {r['chosen_on']})" if r.get('chosen_on') else ''
+                lines.append(f"| {r['method']} | {r.get('variant') or '-'}{on} | {fmt_mean_std(stable(r, by), stable(r, by, True))} | "
                              f"{fmt_mean_std(stable(r, m), stable(r, m, True))}{mark} | {int(_num(r.get('n_seeds')) or 0)} | {dtxt} |")
             lines.append('')
-    lines.append("Numbers: mean ± std over seeds of the last-k mean; † = value after the post-training stage (one evaluation).")
+    lines.append("Numbers: mean ± std over seeds of the last-k mean; † = value after the post-training stage (one evaluation). "
+                 "A method's variants are compared on the seeds all of them finished (shown as 'on seeds'); the row then reports every finished seed of the chosen variant.")
     return '\n'.join(lines)

@@ -36,7 +36,7 @@ def interval_verdict(pd_: dict, better: bool = True) -> str:
 
 def beats_all(summ: list, rows: list, by: str, metric: str, ref: str = 'fedloge') -> list:
     "Per baseline: (baseline label, paired difference of FedLoGe's chosen variant minus the baseline's chosen variant, verdict)."
-    chosen = {r['method']: r for r in select_best(summ, by)}
+    chosen = {r['method']: r for r in select_best(summ, by, rows=rows)}
     if ref not in chosen: return []
     out = []
     for m, r in chosen.items():

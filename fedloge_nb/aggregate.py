@@ -122,12 +122,16 @@ def stable(r: dict, m: str, std: bool = False):
     k = f'{m}_lastk' if _num(r.get(f'{m}_lastk')) is not None else m
     return _num(r.get(f'{k}_std' if std else k))
 
+def _val(r: dict, by: str):
+    "Stable value of validation metric `by` in row `r`, looking at the validation columns only."
+    return stable({k: r.get(k) for k in (by, f'{by}_lastk')}, by)
+
 def _val_by_seed(rows: list, by: str) -> dict:
     "{(setting, label): {seed: value}} of validation metric `by` over finished rows (only the validation columns are read)."
     out = {}
     for r in rows:
         if r.get('status') != 'ok': continue
-        v = stable({k: r.get(k) for k in (by, f'{by}_lastk')}, by)
+        v = _val(r, by)
         if v is not None: out.setdefault((r.get('setting'), _label(r)), {})[int(_num(r['seed']))] = v
     return out
 
@@ -136,7 +140,7 @@ def select_best(summary: list, by: str, within=('setting', 'method'), rows: list
     if not by.startswith('val_'): raise ValueError(f"select_best chooses on validation metrics (val_*), got {by!r}: test metrics must not choose")
     groups = {}
     for r in summary:
-        v = stable({k: r.get(k) for k in (by, f'{by}_lastk')}, by)     # only the validation columns are looked at
+        v = _val(r, by)
         if v is not None: groups.setdefault(tuple(r.get(w) for w in within), []).append((v, r))
     per_seed = _val_by_seed(rows, by) if rows is not None else {}
     out = []

@@ -370,8 +370,9 @@ def last_k_means(history: list, final: dict, k: int) -> dict:
 
 def hp_key(algo) -> str:
     "The method's resolved hyperparameters (and its `revision` when > 0) as canonical JSON: a changed default or method must not resume silently."
-    rev = type(algo).revision
-    return json.dumps({**algo.hp, '_revision': rev} if rev else algo.hp, sort_keys=True, default=str)
+    rev, added = type(algo).revision, getattr(type(algo), 'hp_added', {})   # hp_added: switches added later, left out at their default
+    hp = {k: v for k, v in algo.hp.items() if not (k in added and v == added[k])}   # so checkpoints made before them still resume
+    return json.dumps({**hp, '_revision': rev} if rev else hp, sort_keys=True, default=str)
 
 def _scalars(d: dict) -> dict: return {k: v for k, v in d.items() if not isinstance(v, (list, dict, tuple))}
 

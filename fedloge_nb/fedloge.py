@@ -10,13 +10,13 @@ import torch.nn as nn
 import torch.nn.functional as F
 from .federated import Algorithm, ClientResult, register, shared, derive_seed, forward_batched
 from .models import make_backbone, make_head
-from .sse_c import sse_c, FixedClassifier
+from .sse_c import sse_c, FixedClassifier, INIT_KINDS, dense_init, sparse_init
 from .etf import simplex_etf
 from .realign import ga_fr, la_fr, la_fr_dist, mask_logits, finetune_head, personal_logits
 from .norms import norm_count_correlation
 
 # %% auto #0
-__all__ = ['FedLoGeNet', 'FedLoGe']
+__all__ = ['FedLoGeNet', 'dot_regression_loss', 'Projected', 'fixed_init', 'FedLoGe']
 
 # %% ../nbs/05_fedloge.ipynb #72dc0fdf
 class FedLoGeNet(nn.Module):
@@ -28,17 +28,42 @@ class FedLoGeNet(nn.Module):
         self.psi = make_head(theta.feature_dim, num_classes, bias=False)
     def forward(self, x): return self.sse_c(self.theta(x))
 
+# %% ../nbs/05_fedloge.ipynb #3459d5ad
+def dot_regression_loss(h: torch.Tensor, W: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    "Dot-regression loss (Yang et al. 2022): mean of (w_y . h/|h| - |w_y|)^2 / 2 for a d x C fixed classifier W."
+    w = W.T[y]                                                          # (B, d): each sample's class column
+    dot = (F.normalize(h, dim=1) * w).sum(1)
+    return 0.5 * (dot - w.norm(dim=1).detach()).pow(2).mean()
+
+# %% ../nbs/05_fedloge.ipynb #109cfb0a
+class Projected(nn.Module):
+    "Backbone f(x; theta) followed by a learnable d x d projection layer (FedLoGe Table 8), with the backbone's `feature_dim`."
+    def __init__(self, backbone: nn.Module):
+        super().__init__()
+        self.backbone, self.feature_dim = backbone, backbone.feature_dim
+        self.proj = nn.Linear(self.feature_dim, self.feature_dim)
+    def forward(self, x): return self.proj(self.backbone(x))
+
+def fixed_init(d: int, C: int, kind: str, gamma: float, beta: float = 0.0, seed: int = 0) -> torch.Tensor:
+    "A d x C fixed classifier of initialisation `kind`, sparsified with sparsity `beta` (0: dense), rescaled to mean column norm `gamma`."
+    W = sparse_init(d, C, kind, beta=beta, seed=seed)[0] if beta > 0 else dense_init(d, C, kind, seed=seed)
+    return W * (gamma / W.norm(dim=0).mean())
+
 # %% ../nbs/05_fedloge.ipynb #bc1893e3
 @register('fedloge')
 class FedLoGe(Algorithm):
     "FedLoGe (Xiao et al., ICLR 2024): SSE-C backbone + aggregated psi + local phi_k, then GA-FR / LA-FR."
     kind = 'generic+personalised'
     defaults = dict(beta=0.6, gamma=4.0, sse_steps=10_000, sse_lr=1e-4, classifier='sse_c', ga_fr=True, la_fr=True,
-                    ft_epochs=5, ft_lr=None, personal='paper')
+                    ft_epochs=5, ft_lr=None, personal='paper', sparse=False, dr_loss=False, proj=False)
+    hp_added = dict(sparse=False, dr_loss=False, proj=False)   # Table 8/9 switches, added after results were recorded
 
     def __init__(self, **hp):
         super().__init__(**hp)
-        if self.hp['classifier'] not in ('sse_c', 'etf'): raise ValueError(f"classifier must be 'sse_c' or 'etf', got {self.hp['classifier']!r}")
+        if self.hp['classifier'] not in ('sse_c',) + INIT_KINDS:
+            raise ValueError(f"classifier must be 'sse_c' or one of the fixed initialisations {INIT_KINDS}, got {self.hp['classifier']!r}")
+        if self.hp['sparse'] and self.hp['classifier'] == 'sse_c':
+            raise ValueError("sparse=True sparsifies a fixed initialisation (Table 9); SSE-C is sparse already: drop sparse or pick e.g. classifier='xavier'")
         if self.hp['personal'] not in ('paper', 'reference'): raise ValueError(f"personal must be 'paper' or 'reference', got {self.hp['personal']!r}")
         self.primary_global = 'ga_fr' if self.hp['ga_fr'] else 'psi'
         pm = 'la_fr' if self.hp['personal'] == 'paper' else 'la_fr_ref'
@@ -49,12 +74,15 @@ class FedLoGe(Algorithm):
         self.ft_choice = {}
 
     def fixed_classifier(self, d: int, C: int, seed: int) -> torch.Tensor:
-        "The frozen d x C classifier: SSE-C (Eq. 5) or the dense simplex ETF (Eq. 2)."
-        if self.hp['classifier'] == 'etf': return simplex_etf(d, C, seed=seed) * self.hp['gamma']
-        return sse_c(d, C, beta=self.hp['beta'], gamma=self.hp['gamma'], steps=self.hp['sse_steps'], lr=self.hp['sse_lr'], seed=seed)[0]
+        "The frozen d x C classifier: SSE-C (Eq. 5), the dense simplex ETF (Eq. 2), or another initialisation, optionally sparsified (Table 9)."
+        kind, g = self.hp['classifier'], self.hp['gamma']
+        if kind == 'sse_c': return sse_c(d, C, beta=self.hp['beta'], gamma=g, steps=self.hp['sse_steps'], lr=self.hp['sse_lr'], seed=seed)[0]
+        if kind == 'etf' and not self.hp['sparse']: return simplex_etf(d, C, seed=seed) * g
+        return fixed_init(d, C, kind, g, self.hp['beta'] if self.hp['sparse'] else 0.0, seed)
 
     def build_net(self, fed, cfg):
         theta = make_backbone(cfg.model, fed.in_channels, fed.img_size)
+        if self.hp['proj']: theta = Projected(theta)
         W = self.fixed_classifier(theta.feature_dim, fed.num_classes, derive_seed(cfg.seed, 'sse_c') % (2**31))
         return FedLoGeNet(theta, W, fed.num_classes)
 
@@ -90,7 +118,8 @@ class FedLoGe(Algorithm):
         total, nb = 0.0, 0
         for xb, yb in data.batches(cfg.batch_size, seed, cfg.local_epochs):
             h = net.theta(xb)
-            loss = F.cross_entropy(net.sse_c(h), yb)                     # (1) theta through the frozen SSE-C
+            loss = (dot_regression_loss(h, net.sse_c.weight, yb) if self.hp['dr_loss']   # (1) theta through the frozen SSE-C
+                    else F.cross_entropy(net.sse_c(h), yb))
             opt_theta.zero_grad(set_to_none=True); loss.backward(); opt_theta.step()
             hd = h.detach()
             l_psi = F.cross_entropy(net.psi(hd), yb)                     # (2) psi on detached features

@@ -45,6 +45,7 @@ def prox_term(params, anchors, squared: bool = True) -> torch.Tensor:
 class FedProx(FedAvg):
     "FedProx (Li et al. 2020): local CE + mu/2 ||w - w_g||^2 toward the received global model; FedAvg aggregation."
     kind = 'generic'
+    composable = True                  # its objective is `self.loss` + the proximal term: plug-ins compose (`fedprox+ecl`)
     defaults = dict(mu=0.01, squared=True)
 
     def __init__(self, **hp):

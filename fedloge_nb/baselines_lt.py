@@ -183,11 +183,12 @@ def logit_calibrated_ce(logits: torch.Tensor, y: torch.Tensor, counts, tau: floa
 class FedLC(FedAvg):
     "FedLC (Zhang et al. 2022): local CE on logits calibrated by -tau * n_kc^(-1/4); raw logits at inference."
     kind = 'generic'
+    composable = True                  # calibrates the logits of `train_forward`: plug-ins compose (`fedlc+ecl`)
     defaults = dict(tau=1.0)
     def __init__(self, **hp):
         super().__init__(**hp)
         if self.hp['tau'] < 0: raise ValueError(f"FedLC tau must be >= 0, got {self.hp['tau']}")
-    def loss(self, model, xb, yb, data): return logit_calibrated_ce(model(xb), yb, data.counts, self.hp['tau'])
+    def loss(self, model, xb, yb, data): return logit_calibrated_ce(self.train_forward(model, xb, yb, data)[1], yb, data.counts, self.hp['tau'])
     def personal_logits(self, x, cstate, data): return with_masked(self.global_logits(x), data.counts)
 
 # %% ../nbs/08a_baselines_lt.ipynb #63934883

@@ -9,13 +9,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.func import functional_call
-from .federated import Algorithm, ClientData, register, derive_seed, local_sgd
+from .federated import Algorithm, ClientData, register, derive_seed, local_sgd, Plugin, register_plugin
 from .models import CNN, MLP, CifarResNet, ResNet
 from .realign import mask_logits
 from .baselines_lt import balanced_softmax_ce
 
 # %% auto #0
-__all__ = ['ecl_groups', 'group_of', 'last_block', 'balanced_subset', 'ECL']
+__all__ = ['ecl_groups', 'group_of', 'last_block', 'balanced_subset', 'ECLPlugin', 'ECL']
 
 # %% ../nbs/09b_ecl.ipynb #1eadc81f
 def ecl_groups(counts, M: int = 2) -> list[torch.Tensor]:
@@ -74,10 +74,10 @@ class _PartlyTrainable(nn.Module):
         return {f'{n}.{k}': v.detach().clone() for n in self.names for k, v in self.net.get_submodule(n).state_dict().items()}
 
 # %% ../nbs/09b_ecl.ipynb #b16b97c1
-@register('ecl')
-class ECL(Algorithm):
-    "ECL (Lv et al. 2024): FedAvg, then per client a balanced-softmax retrained classifier and M experts on count-sorted class groups."
-    kind = 'generic+personalised'
+@register_plugin('ecl')
+class ECLPlugin(Plugin):
+    "ECL's Phase II (Lv et al. 2024) after any base: per client a balanced-softmax retrained classifier and M experts on count-sorted class groups."
+    slot, personalises = 'classifier', True           # it retrains the linear head; it adds personalised models
     defaults = dict(M=2, lam=0.5, ft_epochs=5, expert_epochs=5, ft_lr=None, tail='undersample')
 
     @classmethod
@@ -85,8 +85,11 @@ class ECL(Algorithm):
         "Phase II in `epochs` local epochs: the classifier retraining gets ceil(epochs/2), the experts (one pass over the data together) floor(epochs/2)."
         return {'ft_epochs': int(epochs) - int(epochs) // 2, 'expert_epochs': int(epochs) // 2}
     primary_global = 'global'
-    revision = 1                      # 1: balanced softmax with absent classes at -inf (was: zero counts -> 1)
     primary_personal = 'ecl'
+
+    @classmethod
+    def refuses(cls, base):
+        if base.finish_rounds is not Algorithm.finish_rounds: return f"{base.name} has its own post-training stage, which ECL's Phase II would replace"
 
     def __init__(self, **hp):
         super().__init__(**hp)
@@ -146,3 +149,10 @@ class ECL(Algorithm):
         o = lam * zbar + (1 - lam) * z0                                                            # Eq. 6
         return {'ecl': o, 'experts': zbar, 'retrained': z0, 'global': net.head(h),
                 'ecl_noscale': lam * zns + (1 - lam) * z0, 'ecl_masked': mask_logits(o, data.counts)}
+
+# %% ../nbs/09b_ecl.ipynb #ecb0a001
+@register('ecl')
+class ECL(ECLPlugin, Algorithm):
+    "ECL (Lv et al. 2024): FedAvg (Phase I), then the Phase II of `ECLPlugin`."
+    kind = 'generic+personalised'
+    revision = 1                      # 1: balanced softmax with absent classes at -inf (was: zero counts -> 1)

@@ -21,11 +21,12 @@ _all_ = ['atomic_write', 'save_json', 'save_csv', 'save_checkpoint', 'load_check
          'check_out', 'run_lock', 'evaluate', 'forward_batched']  # importable from here too: the engine is where readers look for them
 
 # %% auto #0
-__all__ = ['METHODS', 'KINDS', 'FedConfig', 'derive_seed', 'seed_everything', 'sample_clients', 'ClientData', 'client_datasets',
-           'weighted_average', 'ClientResult', 'register', 'Algorithm', 'shared', 'local_sgd', 'FedAvg', 'get_method',
-           'matched_hp', 'make_algorithm', 'RunResult', 'last_k_means', 'hp_key', 'make_summary', 'start_run', 'run_fl',
-           'check_run', 'atomic_write', 'save_json', 'save_csv', 'save_checkpoint', 'load_checkpoint',
-           'DivergenceError', 'check_finite', 'check_device', 'check_out', 'run_lock', 'evaluate', 'forward_batched']
+__all__ = ['METHODS', 'KINDS', 'PLUGINS', 'FedConfig', 'derive_seed', 'seed_everything', 'sample_clients', 'ClientData',
+           'client_datasets', 'weighted_average', 'ClientResult', 'register', 'Algorithm', 'shared', 'local_sgd',
+           'FedAvg', 'Plugin', 'register_plugin', 'composable_bases', 'compose', 'get_method', 'matched_hp',
+           'make_algorithm', 'RunResult', 'last_k_means', 'hp_key', 'make_summary', 'start_run', 'run_fl', 'check_run',
+           'atomic_write', 'save_json', 'save_csv', 'save_checkpoint', 'load_checkpoint', 'DivergenceError',
+           'check_finite', 'check_device', 'check_out', 'run_lock', 'evaluate', 'forward_batched']
 
 # %% ../nbs/04_federated.ipynb #98d60cf2
 @dataclass
@@ -195,6 +196,7 @@ class Algorithm:
     primary_global = 'global'
     primary_personal = 'global'
     revision = 0                      # bump when a code change alters the method's numbers: older results turn stale
+    composable = False                # True (declared in the class body): a base that takes plug-ins (`BASE+PLUGIN`)
 
     def __init__(self, **hp):
         unknown = set(hp) - set(self.defaults)
@@ -230,9 +232,15 @@ class Algorithm:
         return {}
 
     # --- training ---
+    def train_forward(self, model, xb, yb, data: ClientData):
+        "Features h and training logits z of a batch: `(backbone(x), head(h))` for a backbone+head net, else `(None, model(x))`."
+        if hasattr(model, 'backbone') and hasattr(model, 'head'):
+            h = model.backbone(xb); return h, model.head(h)
+        return None, model(xb)
+
     def loss(self, model, xb, yb, data: ClientData):
-        "Local objective (default: cross-entropy)."
-        return F.cross_entropy(model(xb), yb)
+        "Local objective (default: cross-entropy on the logits of `train_forward`)."
+        return F.cross_entropy(self.train_forward(model, xb, yb, data)[1], yb)
 
     def client_update(self, gstate, cstate, data: ClientData, cfg: FedConfig, seed: int) -> ClientResult:
         "Local training of one client (default: FedAvg's local SGD on `self.loss`)."
@@ -315,19 +323,83 @@ def local_sgd(model, data: ClientData, cfg: FedConfig, seed: int, loss_fn, param
 class FedAvg(Algorithm):
     "FedAvg (McMahan et al. 2017): local SGD, sample-weighted averaging of the whole model."
     kind = 'generic'
+    composable = True
+
+# %% ../nbs/04_federated.ipynb #f1c0a001
+PLUGINS: dict = {}
+
+class Plugin:
+    "Base of plug-in mixins: `slot` (what it supplies; two plug-ins may not share one), `requires`, `personalises`, `defaults`."
+    plugin = 'plugin'
+    slot: str | None = None           # e.g. 'classifier': two classifier plug-ins cannot be combined
+    requires: tuple = ()              # plug-ins that must come before this one in the name
+    wraps: tuple = ()                 # slots this plug-in wraps: a plug-in filling one must come before it in the name
+    personalises = False              # True: adds personalised models (a 'generic' base becomes 'generic+personalised')
+    defaults: dict = {}
+
+    @classmethod
+    def refuses(cls, base) -> str | None:
+        "Why this plug-in cannot sit on `base` (None: it can)."
+        return None
+
+def register_plugin(name: str):
+    "Class decorator adding a `Plugin` mixin to `PLUGINS` under its name."
+    def deco(cls):
+        if not issubclass(cls, Plugin) or issubclass(cls, Algorithm): raise ValueError(f"{cls.__name__}: a plug-in subclasses Plugin, not Algorithm")
+        cls.plugin = name; PLUGINS[name] = cls; return cls
+    return deco
+
+def composable_bases() -> list:
+    "Names of the registered methods that take plug-ins."
+    return sorted(n for n, c in METHODS.items() if vars(c).get('composable'))
+
+# %% ../nbs/04_federated.ipynb #f1c0a002
+def compose(name: str):
+    "Build and register the class `BASE+PLUGIN[+PLUGIN]`: MRO (plug-ins last to first, base), defaults merged; one-line refusals."
+    base, *plugs = name.split('+')
+    B = get_method(base)
+    for p in plugs:
+        if p not in PLUGINS: raise ValueError(f"{name}: unknown plug-in {p!r}; plug-ins: {', '.join(sorted(PLUGINS))}")
+    if len(set(plugs)) < len(plugs): raise ValueError(f"{name}: a plug-in appears twice")
+    if not vars(B).get('composable'):
+        raise ValueError(f"{name}: {base} does not route its objective through train_forward/loss, so plug-ins cannot change it; "
+                         f"bases that take plug-ins: {', '.join(composable_bases())}")
+    P, slots, hp = [PLUGINS[p] for p in plugs], {}, dict(B.defaults)
+    for i, p in enumerate(P):
+        for r in p.requires:
+            if r not in plugs[:i]: raise ValueError(f"{name}: {p.plugin} works on top of {r}: write {base}+{r}+{p.plugin}")
+        if p.slot and p.slot in slots: raise ValueError(f"{name}: {slots[p.slot]} and {p.plugin} both supply the {p.slot}; keep one")
+        if p.slot: slots[p.slot] = p.plugin
+        late = [q.plugin for q in P[i + 1:] if q.slot in p.wraps]
+        if late:
+            order = plugs[:i] + late + [q for q in plugs[i:] if q not in late]
+            raise ValueError(f"{name}: {p.plugin} wraps the {PLUGINS[late[0]].slot} that {late[0]} supplies, so {late[0]} must come first: write {base}+{'+'.join(order)}")
+        why = p.refuses(B)
+        if why: raise ValueError(f"{name}: {why}")
+        clash = sorted(set(p.defaults) & set(hp))
+        if clash: raise ValueError(f"{name}: hyperparameter(s) {clash} of {p.plugin} clash with those of {base}" + ''.join(f'+{q}' for q in plugs[:i]))
+        hp.update(p.defaults)
+    kind = 'generic+personalised' if B.kind == 'generic' and any(p.personalises for p in P) else B.kind
+    body = dict(kind=kind, defaults=hp, composable=False, parts=(base, *plugs), __module__=B.__module__,
+                revision=max(getattr(c, 'revision', 0) for c in (B, *P)),
+                __doc__=f"{base} with the plug-in(s) {', '.join(plugs)} (composed by `compose`).")
+    return register(name)(type(name, (*reversed(P), B), body))
 
 # %% ../nbs/04_federated.ipynb #c29608e9
 _METHOD_MODULES = ['fedloge_nb.fedloge', 'fedloge_nb.baselines', 'fedloge_nb.baselines_lt', 'fedloge_nb.fedetf',
-                   'fedloge_nb.gmv', 'fedloge_nb.ecl']
+                   'fedloge_nb.gmv', 'fedloge_nb.ecl', 'fedloge_nb.optimisers', 'fedloge_nb.pfl']
 
 def _load_methods():
     "Import every module that registers methods (an import error is raised, never skipped)."
     for m in _METHOD_MODULES: importlib.import_module(m)
 
 def get_method(name: str):
-    "The `Algorithm` class registered as `name`."
+    "The `Algorithm` class registered as `name`; `BASE+PLUGIN[+PLUGIN]` is composed (`compose`) on first use."
     if name not in METHODS: _load_methods()
-    if name not in METHODS: raise ValueError(f"unknown method {name!r}; known methods: {', '.join(sorted(METHODS))}")
+    if name not in METHODS and '+' in name: return compose(name)
+    if name not in METHODS:
+        raise ValueError(f"unknown method {name!r}; known methods: {', '.join(sorted(METHODS))}; "
+                         f"or BASE+PLUGIN with a base in {', '.join(composable_bases())} and plug-ins {', '.join(sorted(PLUGINS))}")
     return METHODS[name]
 
 def matched_hp(cls, cfg: FedConfig) -> dict:

@@ -4,17 +4,19 @@
 
 # %% ../nbs/09a_gmv.ipynb #8b1e4220
 from __future__ import annotations
-import copy
+import copy, dataclasses
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from .federated import Algorithm, ClientResult, register, shared, derive_seed, local_sgd, weighted_average, forward_batched
+from .federated import (Algorithm, ClientResult, register, shared, derive_seed, local_sgd, weighted_average, forward_batched,
+                                  Plugin, register_plugin)
 from .models import make_backbone
 from .etf import simplex_etf
-from .sse_c import FixedClassifier
+from .sse_c import FixedClassifier, sse_c
 
 # %% auto #0
-__all__ = ['GMVBank', 'ETFGMVNet', 'class_means', 'gmv_update', 'FedAvgETFGMV', 'FedAvgETF', 'FedProxETFGMV']
+__all__ = ['GMVBank', 'ETFGMVNet', 'class_means', 'gmv_update', 'FedAvgETFGMV', 'FedAvgETF', 'FedProxETFGMV', 'FixedHeadNet',
+           'ETFPlugin', 'SSECPlugin', 'GMVPlugin']
 
 # %% ../nbs/09a_gmv.ipynb #64ec1c7d
 class GMVBank(nn.Module):
@@ -118,3 +120,77 @@ class FedProxETFGMV(FedAvgETFGMV):
     "FedProx (squared proximal term) + fixed simplex ETF classifier + global memory vectors."
     kind = 'generic'
     defaults = {**FedAvgETFGMV.defaults, 'mu': 0.01}
+
+# %% ../nbs/09a_gmv.ipynb #a9e70001
+class FixedHeadNet(nn.Module):
+    "Backbone f(x; theta) and a fixed d x C classifier (buffer `etf.weight`): the model of the `etf` and `sse_c` plug-ins."
+    def __init__(self, backbone: nn.Module, W: torch.Tensor):
+        super().__init__()
+        self.backbone, self.etf = backbone, FixedClassifier(W)
+    def forward(self, x): return self.etf(self.backbone(x))
+
+@register_plugin('etf')
+class ETFPlugin(Plugin):
+    "Plug-in: the base's linear head replaced by a fixed simplex ETF times `scale` (Huang et al. 2023); only theta learns."
+    slot = 'classifier'
+    defaults = dict(scale=1.0)
+
+    def fixed_classifier(self, d: int, C: int, cfg) -> torch.Tensor:
+        "The d x C fixed classifier (the seed tag of `fedavg_etf`: the same matrix)."
+        return simplex_etf(d, C, seed=derive_seed(cfg.seed, 'gmv_etf') % (2**31)) * float(self.hp['scale'])
+
+    def build_net(self, fed, cfg):
+        bb = make_backbone(cfg.model, fed.in_channels, fed.img_size)
+        return FixedHeadNet(bb, self.fixed_classifier(bb.feature_dim, fed.num_classes, cfg))
+
+    def is_shared(self, key): return not key.startswith('etf.') and super().is_shared(key)
+
+    def train_forward(self, model, xb, yb, data):
+        h = model.backbone(xb); return h, model.etf(h)
+
+@register_plugin('sse_c')
+class SSECPlugin(ETFPlugin):
+    "Plug-in: FedLoGe's frozen sparse ETF classifier SSE-C (Eq. 5, FedLoGe's defaults and seed tag) in place of the dense ETF."
+    defaults = dict(beta=0.6, gamma=4.0, sse_steps=10_000, sse_lr=1e-4)
+    def fixed_classifier(self, d, C, cfg):
+        return sse_c(d, C, beta=self.hp['beta'], gamma=self.hp['gamma'], steps=int(self.hp['sse_steps']), lr=self.hp['sse_lr'],
+                     seed=derive_seed(cfg.seed, 'sse_c') % (2**31))[0]
+
+# %% ../nbs/09a_gmv.ipynb #a9e70002
+@register_plugin('gmv')
+class GMVPlugin(Plugin):
+    "Plug-in: global memory vectors a * mu_y added to the training features from round `warmup` (Huang et al. 2023, Algorithm 1)."
+    wraps = ('classifier',)           # a classifier plug-in (etf, sse_c) comes before gmv in the name
+    defaults = dict(a=0.5, warmup=50)
+
+    def __init__(self, **hp):
+        super().__init__(**hp)
+        if int(self.hp['warmup']) < 1: raise ValueError(f"warmup={self.hp['warmup']}: the warm-up round R_warm must be >= 1")
+
+    def build_net(self, fed, cfg):
+        net = super().build_net(fed, cfg)
+        net.gmv = GMVBank(fed.num_classes, net.backbone.feature_dim); return net
+
+    def build(self, fed, cfg):
+        super().build(fed, cfg); self.num_classes = fed.num_classes
+
+    def train_forward(self, model, xb, yb, data):
+        if int(model.gmv.round) + 1 < int(self.hp['warmup']): return super().train_forward(model, xb, yb, data)
+        head = model.etf if hasattr(model, 'etf') else model.head      # the fixed classifier, or the base's linear head
+        h = model.backbone(xb); return h, head(h + float(self.hp['a']) * model.gmv.memory[yb])
+
+    def client_update(self, gstate, cstate, data, cfg, seed):
+        r = super().client_update(gstate, cstate, data, cfg, seed)
+        if len(data):
+            self.local.eval()
+            r.state['gmv.client_mean'], r.state['gmv.client_has'] = class_means(forward_batched(self.local.backbone, data.x), data.y, self.num_classes)
+        return r
+
+    def aggregate(self, gstate, results):
+        "New memory vectors and round counter; the base's server rule on everything else."
+        rest = lambda s: {k: v for k, v in s.items() if not k.startswith('gmv.')}
+        new = super().aggregate(rest(gstate), [dataclasses.replace(r, state=rest(r.state)) for r in results])
+        rs = [r.state for r in results if 'gmv.client_mean' in r.state]
+        new['gmv.memory'] = gmv_update(gstate['gmv.memory'], [s['gmv.client_mean'] for s in rs], [s['gmv.client_has'] for s in rs])
+        new['gmv.round'] = gstate['gmv.round'] + 1
+        return new

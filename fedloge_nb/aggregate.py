@@ -10,8 +10,8 @@ from .guards import save_png
 from .cli import fmt_mean_std
 
 # %% auto #0
-__all__ = ['TIME_COLS', 'DIAG_COLS', 'METRICS', 'rounds_to_reach', 'aggregate', 'summary_markdown', 'plot_bars',
-           'plot_sensitivity', 'read_rows', 'stable', 'select_best', 'paired_diff', 'selected_markdown']
+__all__ = ['TIME_COLS', 'DIAG_COLS', 'METRICS', 'rounds_to_reach', 'aggregate', 'summary_markdown', 'read_rows', 'metric_label',
+           'plot_bars', 'plot_sensitivity', 'stable', 'select_best', 'paired_diff', 'selected_markdown']
 
 # %% ../nbs/14b_aggregate.ipynb #f1df3e11
 def rounds_to_reach(history: list, threshold: float, metric: str = 'gm_acc'):
@@ -80,18 +80,45 @@ def _save_fig(fig, path):
 
 def _label(r) -> str: return r['method'] + (f" {r['variant']}" if r.get('variant') else '')
 
+def read_rows(path) -> list:
+    "Read a results/summary CSV back as dicts (numbers as floats, empty cells as None)."
+    import csv
+    with open(path) as f:
+        return [{k: (None if v == '' else (_num(v) if _num(v) is not None and k not in ('cell', 'group', 'setting', 'method', 'variant', 'hp', 'seeds', 'error', 'dataset', 'model', 'status') else v))
+                 for k, v in r.items()} for r in csv.DictReader(f)]
+
+# %% ../nbs/14b_aggregate.ipynb #0142ad02
+def metric_label(metric: str) -> str:
+    "Axis label of a metric with its unit: accuracies in %, times in seconds, convergence in rounds."
+    names = {'gm_acc': 'GM accuracy', 'pm_acc': 'PM accuracy', 'sec_per_round': 'seconds per training round',
+             'finish_time_s': 'after-training seconds', 'train_time_s': 'training seconds'}
+    if metric in names and metric.endswith(('_s', 'round')): return names[metric]
+    if metric.startswith('rounds_to_'):
+        m, thr = metric[len('rounds_to_'):].rsplit('_', 1)
+        return f"rounds to reach {names.get(m, m).replace(' accuracy', '')} {thr}%"
+    return f"{names.get(metric, metric)} (%)"
+
 def plot_bars(summary: list, metric: str = 'gm_acc', path=None):
-    "Bar chart of `metric` (mean ± std over seeds) per method/variant, one panel per setting."
+    "Dot-and-interval plot of `metric` per method/variant: mean ± std over seeds, a colour per setting, on an axis spanning the data (named for the `[report] bars` key)."
     import matplotlib.pyplot as plt
-    settings = list(dict.fromkeys(r['setting'] for r in summary))
-    fig, axes = plt.subplots(1, len(settings), figsize=(max(4, 0.5 * len(summary) / len(settings) + 2) * len(settings), 3.6), squeeze=False)
-    for ax, s in zip(axes[0], settings):
-        rs = [r for r in summary if r['setting'] == s]
-        mean = [_num(r.get(metric)) for r in rs]; std = [_num(r.get(f'{metric}_std')) or 0.0 for r in rs]
-        x = np.arange(len(rs))
-        ax.bar(x, [np.nan if m is None else m for m in mean], yerr=std, capsize=3, color='C0', alpha=.8)
-        ax.set_xticks(x); ax.set_xticklabels([_label(r) for r in rs], rotation=60, ha='right', fontsize=8)
-        ax.set_title(s, fontsize=9); ax.set_ylabel(f'{metric} (%)' if not metric.startswith(('sec', 'rounds')) else metric); ax.grid(axis='y', alpha=.3)
+    rs = [r for r in summary if _num(r.get(metric)) is not None]
+    labels = list(dict.fromkeys(_label(r) for r in rs)); settings = list(dict.fromkeys(r['setting'] for r in rs))
+    k = max(len(labels), 1)
+    fig, ax = plt.subplots(figsize=(6.5, 0.3 * k * (1 + 0.25 * max(len(settings) - 1, 0)) + 1.5))
+    off = (np.arange(len(settings)) - (len(settings) - 1) / 2) * (0.7 / max(len(settings), 1) if len(settings) > 1 else 0)
+    for j, s in enumerate(settings):
+        pts = [(k - 1 - labels.index(_label(r)) - off[j], _num(r[metric]), _num(r.get(f'{metric}_std')) or 0.0) for r in rs if r['setting'] == s]
+        ax.errorbar([p[1] for p in pts], [p[0] for p in pts], xerr=[p[2] for p in pts], fmt='o', ms=5, capsize=2.5, lw=1.3,
+                    color=f'C{j}', label=s)
+    ax.set_yticks(range(k), labels[::-1] or [''])
+    for t in ax.get_yticklabels():
+        if t.get_text().split(' ')[0] == 'fedloge': t.set_fontweight('bold')
+    n = sorted({int(_num(r.get('n_seeds')) or 0) for r in rs})
+    nt = f"{n[0]}" + (f"-{n[-1]}" if len(n) > 1 else '') if n else '0'
+    ax.set_xlabel(f"{metric_label(metric)}: mean ± std over seeds (n = {nt})"); ax.grid(axis='x', alpha=.3)
+    ax.set_ylim(-0.6, k - 0.4)
+    if len(settings) > 1: ax.legend(fontsize=8, loc='lower left', bbox_to_anchor=(0, 1.0), ncol=min(len(settings), 4), frameon=False)
+    else: ax.set_title(settings[0] if settings else f'{metric}: no finished cell', fontsize=9, loc='left')
     fig.tight_layout()
     return _save_fig(fig, path)
 
@@ -104,17 +131,10 @@ def plot_sensitivity(summary: list, x: str = 'hp.gamma', metrics=('gm_acc', 'pm_
         for key in dict.fromkeys((r['setting'], r['method']) for r in rs):
             pts = sorted((_num(r[x]), _num(r.get(m)), _num(r.get(f'{m}_std')) or 0.0) for r in rs if (r['setting'], r['method']) == key and _num(r.get(m)) is not None)
             if pts: ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker='o', capsize=3, label=f'{key[1]} {key[0]}')
-        ax.set_xlabel(x); ax.set_ylabel(f'{m} (%)'); ax.set_title(f'{m} vs {x}', fontsize=9); ax.grid(alpha=.3)
+        ax.set_xlabel(x); ax.set_ylabel(metric_label(m)); ax.set_title(f'{m} vs {x} (mean ± std over seeds)', fontsize=9); ax.grid(alpha=.3)
     if rs: axes[0][0].legend(fontsize=7)
     fig.tight_layout()
     return _save_fig(fig, path)
-
-def read_rows(path) -> list:
-    "Read a results/summary CSV back as dicts (numbers as floats, empty cells as None)."
-    import csv
-    with open(path) as f:
-        return [{k: (None if v == '' else (_num(v) if _num(v) is not None and k not in ('cell', 'group', 'setting', 'method', 'variant', 'hp', 'seeds', 'error', 'dataset', 'model', 'status') else v))
-                 for k, v in r.items()} for r in csv.DictReader(f)]
 
 # %% ../nbs/14b_aggregate.ipynb #767c75fe
 def stable(r: dict, m: str, std: bool = False):
@@ -160,7 +180,8 @@ def paired_diff(rows: list, a: str, b: str, metric: str, setting: str | None = N
         val[(_label(r), int(_num(r['seed'])))] = stable(r, metric)
     seeds = sorted(s for (l, s) in val if l == a and (b, s) in val and val[(a, s)] is not None and val[(b, s)] is not None)
     d = np.array([val[(a, s)] - val[(b, s)] for s in seeds])
-    out = dict(a=a, b=b, metric=metric, seeds=seeds, n=len(d), mean=float(d.mean()) if len(d) else None, std=None, lo=None, hi=None)
+    out = dict(a=a, b=b, metric=metric, seeds=seeds, n=len(d), mean=float(d.mean()) if len(d) else None, std=None, lo=None, hi=None,
+               diffs=[float(x) for x in d])
     if len(d) > 1:
         sd = float(d.std(ddof=1)); h = float(student_t.ppf(0.975, len(d) - 1)) * sd / math.sqrt(len(d))
         out.update(std=sd, lo=out['mean'] - h, hi=out['mean'] + h)

@@ -11,8 +11,9 @@ from .guards import save_png
 from .report import sweep_path, cell_summaries, command, not_run, ms
 
 # %% auto #0
-__all__ = ['BUDGETS', 'budget_data', 'interval_verdict', 'beats_all', 'fedrod_ce_claim', 'budget_report', 'fedloge_defaults',
-           'fedloge_diagnostics', 'plot_psi_norms']
+__all__ = ['BUDGETS', 'BASELINES', 'NAMES', 'VERDICT_COLORS', 'budget_data', 'interval_verdict', 'beats_all', 'fedrod_ce_claim',
+           'budget_report', 'detectable_diff', 'rule_verdict', 'forest_table', 'plot_forest', 'forest_markdown',
+           'budget_forest', 'fedloge_defaults', 'fedloge_diagnostics', 'plot_psi_norms']
 
 # %% ../nbs/15b_budget.ipynb #db11bf42
 BUDGETS = [('cpu_budget', 'CPU scale: 100 rounds x 1 epoch, batch 64, lr 0.05'),
@@ -75,6 +76,112 @@ def budget_report(exp: str, sweeps=None) -> list:
                if pending else f"All {len(rows)} cells finished.")
     return out
 
+# %% ../nbs/15b_budget.ipynb #59375cbc
+def detectable_diff(n: int, sd: float, alpha: float = 0.05, power: float = 0.8) -> float | None:
+    "Smallest true mean difference a two-sided paired t-test (alpha, n pairs, differences of std `sd`) detects with probability `power` (exact noncentral t)."
+    import math
+    from scipy.stats import t as student_t, nct
+    from scipy.optimize import brentq
+    if n is None or n < 2 or sd is None or not np.isfinite(sd): return None
+    if sd == 0: return 0.0
+    df, tc = n - 1, float(student_t.ppf(1 - alpha / 2, n - 1))
+    def pw(d):                                            # P(|T| > tc), T ~ noncentral t(df, d sqrt(n) / sd); both tails
+        nc = d * math.sqrt(n) / sd
+        return float(nct.sf(tc, df, nc) + nct.sf(tc, df, -nc))
+    hi = sd
+    while pw(hi) < power: hi *= 2
+    return float(brentq(lambda d: pw(d) - power, 0.0, hi, xtol=1e-10))
+
+def rule_verdict(d: dict) -> str:
+    "The paper-budget rule on a paired difference: 'better' (95% interval above 0), 'worse' (below 0), else 'no difference larger than X' (X: larger absolute end)."
+    if d is None or d.get('lo') is None: return 'not settled (fewer than 2 common seeds)'
+    if d['lo'] > 0: return 'better'
+    if d['hi'] < 0: return 'worse'
+    return f"no difference larger than {max(abs(d['lo']), abs(d['hi'])):.2f}"
+
+# %% ../nbs/15b_budget.ipynb #88d13d3d
+BASELINES = ('fedavg', 'fedrod', 'fedetf')
+NAMES = {'fedloge': 'FedLoGe', 'fedavg': 'FedAvg', 'fedrod': 'FedRoD', 'fedetf': 'FedETF'}
+
+def _pretty(label: str) -> str:
+    m, _, v = label.partition(' ')
+    return NAMES.get(m, m) + (f' ({v})' if v else '')
+
+def _staged_diff(rows: list, a: str, b: str, metric: str, stages=(5, 10)):
+    "(paired difference, stage) per the rule: seeds below stages[0]; if that interval holds 0, seeds below the next stage."
+    for i, k in enumerate(stages):
+        d = paired_diff([r for r in rows if _num(r.get('seed')) is not None and _num(r['seed']) < k], a, b, metric)
+        if d['n'] < k: return d, f"provisional ({d['n']} of {k} seeds)"
+        if i == len(stages) - 1 or d['lo'] > 0 or d['hi'] < 0: return d, f'final at n = {k}'
+
+def forest_table(rows: list, ref: str = 'fedloge', baselines=BASELINES, stages=(5, 10),
+                 select=(('val_gm_acc', 'gm_acc', 'GM'), ('val_pm_acc', 'pm_acc', 'PM'))) -> pd.DataFrame:
+    "A row per (metric, baseline): `ref`'s variant chosen on validation minus the baseline's, paired per seed: n, mean, 95% interval, verdict, 80%-power detectable difference."
+    from fedloge_nb.aggregate import aggregate
+    summ = [r for r in aggregate(rows) if r['n_seeds']]
+    out = []
+    for by, m, what in select:
+        chosen = {r['method']: _label(r) for r in select_best(summ, by, rows=rows)}
+        if ref not in chosen: continue
+        for b in [b for b in baselines if b in chosen]:
+            d, stage = _staged_diff(rows, chosen[ref], chosen[b], m, stages)
+            out.append(dict(metric=what, comparison=f"{_pretty(chosen[ref])} − {_pretty(chosen[b])}", a=chosen[ref], b=chosen[b],
+                            n=d['n'], mean=d['mean'], lo=d['lo'], hi=d['hi'], std=d['std'], verdict=rule_verdict(d),
+                            detectable=detectable_diff(d['n'], d['std']), stage=stage, seeds=d['seeds'], diffs=d['diffs']))
+    return pd.DataFrame(out)
+
+# %% ../nbs/15b_budget.ipynb #7276ce63
+VERDICT_COLORS = {'better': '#1a9850', 'worse': '#d73027'}
+
+def plot_forest(tab: pd.DataFrame, path=None, title: str = ''):
+    "Forest plot of paired differences: per-seed dots, mean and 95% interval per row, the zero line, n / verdict / detectable difference written on the row."
+    import matplotlib.pyplot as plt
+    k = max(len(tab), 1)
+    fig, ax = plt.subplots(figsize=(6.8, 0.7 * k + 1.4))
+    ys = np.arange(k)[::-1].astype(float)
+    for y, (_, r) in zip(ys, tab.iterrows()):
+        c = VERDICT_COLORS.get(r['verdict'], '0.35')
+        dx = np.asarray(r['diffs'], dtype=float)
+        ax.scatter(dx, y + 0.18 * (np.arange(len(dx)) % 3 - 1) / 2, s=14, color='0.6', zorder=2, label='one seed' if y == ys[0] else None)
+        if r['lo'] is not None and not pd.isna(r['lo']): ax.hlines(y, r['lo'], r['hi'], color=c, lw=3, zorder=3)
+        if r['mean'] is not None and not pd.isna(r['mean']): ax.plot(r['mean'], y, 'D', color=c, ms=7, zorder=4)
+        det = '' if r['detectable'] is None or pd.isna(r['detectable']) else f"80% power to detect {r['detectable']:.1f}; "
+        ax.annotate(f"n = {r['n']}: {r['verdict']}\n{det}{r['stage']}", xy=(1.02, y), xycoords=('axes fraction', 'data'),
+                    va='center', fontsize=9.5, color=c if r['verdict'] in VERDICT_COLORS else '0.2')
+    ax.axvline(0, color='k', lw=1, zorder=1)
+    for y0 in [ys[i] + 0.5 for i in range(1, len(tab)) if tab['metric'].iloc[i] != tab['metric'].iloc[i - 1]]:
+        ax.axhline(y0, color='0.8', lw=0.8)
+    ax.set_yticks(ys[:len(tab)], [f"{r['metric']}: {r['comparison']}" for _, r in tab.iterrows()])
+    ax.set_ylim(-0.6, k - 0.4)
+    ax.set_xlabel('FedLoGe minus baseline, per seed (accuracy points, %)\ndiamond and bar: mean and paired 95% t-interval')
+    ax.grid(axis='x', alpha=.3)
+    if len(tab): ax.legend(loc='lower left', fontsize=9, frameon=False, bbox_to_anchor=(0, 1), borderaxespad=0.2)
+    if title: ax.set_title(title, fontsize=10, loc='left', pad=18)
+    if path is not None: save_png(fig, path, bbox_inches='tight')
+    return fig
+
+def forest_markdown(tab: pd.DataFrame) -> str:
+    "The forest table as markdown: comparison, n, mean [95% interval], verdict, detectable difference, stage."
+    lines = ['| comparison | n | mean [95% CI] | verdict | detectable with 80% power | stage |', '|---|---|---|---|---|---|']
+    f = lambda v: 'n/a' if v is None or pd.isna(v) else f'{v:+.2f}'
+    for _, r in tab.iterrows():
+        ci = f(r['mean']) + ('' if r['lo'] is None or pd.isna(r['lo']) else f" [{f(r['lo'])}, {f(r['hi'])}]")
+        det = 'n/a' if r['detectable'] is None or pd.isna(r['detectable']) else f"{r['detectable']:.2f}"
+        lines.append(f"| {r['metric']}: {r['comparison']} | {r['n']} | {ci} | {r['verdict']} | {det} | {r['stage']} |")
+    return '\n'.join(lines)
+
+# %% ../nbs/15b_budget.ipynb #11750ce1
+def budget_forest(exp: str = 'paper_budget', sweeps=None, path=None):
+    "The forest table of budget sweep `exp` from its results.csv as it stands now, its figure written to `path`; None when no comparison can be made yet."
+    p = sweep_path(exp, 'results', sweeps)
+    if not p.exists(): return None
+    tab = forest_table(read_rows(p))
+    if not len(tab): return None
+    if path is not None:
+        n = sorted(set(tab['n']))
+        plot_forest(tab, path, title=f"{exp}: FedLoGe minus each baseline, variants chosen on validation (n = {n[0]}" + (f"-{n[-1]})" if len(n) > 1 else ')'))
+    return tab
+
 # %% ../nbs/15b_budget.ipynb #7fbee602
 def fedloge_defaults(exp: str, sweeps=None):
     "(gamma table by validation accuracy, finetuning-lr table) from a budget sweep's FedLoGe cells, or None."
@@ -104,12 +211,12 @@ def fedloge_diagnostics(exp: str, sweeps=None, variant: str = '') -> dict | None
     return out
 
 def plot_psi_norms(exps=BUDGETS, sweeps=None, path=None):
-    "psi's final and initial row norms against the global class counts (log), one panel per budget, every finished FedLoGe gamma=1 seed."
+    "psi's final and initial row norms against the global class counts (log), one full-width panel per budget (stacked), every finished FedLoGe gamma=1 seed."
     import matplotlib.pyplot as plt
     from fedloge_nb.federated import FedConfig
     from fedloge_nb.data import make_fed_data
-    fig, axes = plt.subplots(1, len(exps), figsize=(5 * len(exps), 3.6), squeeze=False)
-    for ax, (exp, title) in zip(axes[0], exps):
+    fig, axes = plt.subplots(len(exps), 1, figsize=(7.5, 3.3 * len(exps)), squeeze=False)
+    for ax, (exp, title) in zip(axes[:, 0], exps):
         cells = cell_summaries(exp, '*_fedloge_s[0-9]*', sweeps)
         for i, s in enumerate(cells):
             cfg = FedConfig(**s['config'])
@@ -117,8 +224,8 @@ def plot_psi_norms(exps=BUDGETS, sweeps=None, path=None):
             ax.plot(n, s['psi_norms'], 'o-', color=f'C{i}', label=f"seed {s['seed']}: Spearman {s['psi_spearman']:.2f}")
             ax.plot(n, s['psi_norms0'], 'x:', color=f'C{i}', alpha=.5)
         ax.set_xscale('log'); ax.set_xlabel('global training count of the class'); ax.set_ylabel('row norm of psi')
-        ax.set_title(f'FedLoGe gamma = 1, {title}' if cells else f'{title}: not run yet', fontsize=8); ax.grid(alpha=.3)
-        if cells: ax.legend(fontsize=7, title='o final, x initial', title_fontsize=7)
+        ax.set_title(f'FedLoGe gamma = 1, {title}' if cells else f'{title}: not run yet', fontsize=10, loc='left'); ax.grid(alpha=.3)
+        if cells: ax.legend(fontsize=8, title='o final, x initial', title_fontsize=8, loc='upper left', bbox_to_anchor=(1.01, 1), frameon=False)
     fig.tight_layout()
     if path is not None: save_png(fig, path, bbox_inches='tight')
     return fig

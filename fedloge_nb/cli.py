@@ -14,8 +14,8 @@ from .federated import DivergenceError, check_device, check_run, check_folder, c
 from .guards import save_png
 
 # %% auto #0
-__all__ = ['COMMANDS', 'parse_hp', 'parse_list', 'hp_for', 'config_flags', 'run', 'fmt_mean_std', 'fmt_values', 'plot_curves',
-           'compare', 'main_job', 'main']
+__all__ = ['METHOD_FAMILIES', 'COMMANDS', 'parse_hp', 'parse_list', 'hp_for', 'config_flags', 'run', 'fmt_mean_std', 'fmt_values',
+           'compare', 'method_styles', 'plot_curves', 'main_job', 'main']
 
 # %% ../nbs/07_cli.ipynb #840ce9a4
 def parse_hp(s: str | None) -> dict:
@@ -143,24 +143,6 @@ def fmt_values(vals, digits: int = 2) -> str:
     if not vals: return 'n/a'
     return fmt_mean_std(np.mean(vals), np.std(vals, ddof=1) if len(vals) > 1 else None, digits)
 
-def plot_curves(histories: dict, path=None, keys=('gm_acc', 'pm_acc')):
-    "Accuracy vs round per method (mean over seeds), one panel per metric."
-    import matplotlib; import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 3.5), squeeze=False)
-    for ax, key in zip(axes[0], keys):
-        for i, (m, hs) in enumerate(histories.items()):     # a method keeps its colour/line style in every panel
-            hs = [h for h in hs if h and h[0].get(key) is not None]
-            if not hs: continue
-            rounds = [r['round'] for r in hs[0]]
-            vals = np.array([[r.get(key, np.nan) for r in h][:len(rounds)] for h in hs], dtype=float)
-            ax.plot(rounds, np.nanmean(vals, 0), label=m, color=f'C{i % 10}', ls=('-', '--', ':')[i // 10 % 3])
-        ax.set_xlabel('round'); ax.set_ylabel(f'{key} (%)'); ax.set_title(key); ax.grid(alpha=.3)
-    handles = {l: h for ax in axes[0] for h, l in zip(*ax.get_legend_handles_labels())}   # every method once
-    axes[0][-1].legend(handles.values(), handles.keys(), fontsize=8, loc='center left', bbox_to_anchor=(1.02, 0.5))
-    fig.tight_layout()
-    if path is not None: save_png(fig, path)
-    return fig
-
 def _read_history(path) -> list:
     import csv
     if not Path(path).exists(): return []
@@ -200,6 +182,55 @@ def compare(methods: str = 'fedavg,fedloge',   # comma-separated methods
     if failed: raise ValueError(f"{sum(r['n_failed'] for r in summary)} run(s) failed ({', '.join(failed)}): the error is in "
                                 f"{out}/<cell>/error.txt; fix it and rerun with --retry_failed true")
     return table
+
+# %% ../nbs/07_cli.ipynb #d9e5566f
+METHOD_FAMILIES = {'Reds': ('fedloge',), 'Blues': ('fedavg', 'fedprox', 'fedbn', 'ratio_loss', 'fedavg_ft'),
+                   'Greens': ('fedper', 'fedrep', 'lg_fedavg', 'ditto', 'fedbabu'), 'Purples': ('fedrod', 'ecl', 'lws', 'tau_norm'),
+                   'Oranges': ('fedetf',), 'Greys': ()}
+
+def method_styles(labels) -> dict:
+    "{label: dict(color, ls)}: a hue per method family (`METHOD_FAMILIES`; 'method variant' labels follow their method), shades and line styles within it."
+    import matplotlib, re
+    fam = {l: next((f for f, ms in METHOD_FAMILIES.items() if l.split(' ')[0] in ms), 'Greys') for l in labels}
+    hues = list(METHOD_FAMILIES)
+    if len(set(fam.values())) == 1 and len(labels) > 4:          # one method's variants (a hyperparameter sweep): a hue per swept name
+        sub = list(dict.fromkeys(re.match(r'[^\d.]*', l.partition(' ')[2]).group() for l in labels))
+        hues = [next(iter(fam.values()))] + [f for f in METHOD_FAMILIES if f != next(iter(fam.values()))]
+        fam = {l: hues[sub.index(re.match(r'[^\d.]*', l.partition(' ')[2]).group()) % len(hues)] for l in labels}
+    out = {}
+    for f in [h for h in hues if h in fam.values()]:
+        ls_ = [l for l in labels if fam[l] == f]
+        cmap = matplotlib.colormaps[f]
+        for i, l in enumerate(ls_):
+            out[l] = dict(color=cmap(0.9 - 0.4 * i / max(len(ls_) - 1, 1)) if len(ls_) > 1 else cmap(0.75), ls=('-', '--', '-.', ':')[i % 4])
+    return out
+
+def plot_curves(histories: dict, path=None, keys=('gm_acc', 'pm_acc'), title: str = ''):
+    "Accuracy vs round per method: mean over seeds (line) ± one std over seeds (band), one full-width panel per metric, colours by method family."
+    import matplotlib.pyplot as plt
+    names = {'gm_acc': 'GM accuracy (%)', 'pm_acc': 'PM accuracy (%)'}
+    st = method_styles(list(histories))
+    fig, axes = plt.subplots(len(keys), 1, figsize=(7.5, 2.9 * len(keys)), sharex=True, squeeze=False)
+    for ax, key in zip(axes[:, 0], keys):
+        for m, hs in histories.items():                       # a method keeps its colour and line style in every panel
+            hs = [h for h in hs if h and h[0].get(key) is not None]
+            if not hs: continue
+            k = min(len(h) for h in hs); rounds = [r['round'] for r in hs[0][:k]]
+            vals = np.array([[r.get(key, np.nan) for r in h[:k]] for h in hs], dtype=float)
+            mu = np.nanmean(vals, 0)
+            ax.plot(rounds, mu, label=m, lw=1.6, **st[m])
+            if len(hs) > 1:
+                sd = np.nanstd(vals, 0, ddof=1)
+                ax.fill_between(rounds, mu - sd, mu + sd, color=st[m]['color'], alpha=.13, lw=0)
+        ax.set_ylabel(names.get(key, f'{key} (%)')); ax.grid(alpha=.3)
+    axes[-1, 0].set_xlabel('round (line: mean over seeds; band: ± 1 std over seeds)')
+    handles = {l: h for ax in axes[:, 0] for h, l in zip(*ax.get_legend_handles_labels())}   # every method once, by family
+    handles = {l: handles[l] for l in st if l in handles}
+    axes[0, 0].legend(handles.values(), handles.keys(), fontsize=8, loc='upper left', bbox_to_anchor=(1.01, 1.0), frameon=False)
+    if title: axes[0, 0].set_title(title, fontsize=10, loc='left')
+    fig.tight_layout()
+    if path is not None: save_png(fig, path, bbox_inches='tight')
+    return fig
 
 # %% ../nbs/07_cli.ipynb #7fb8796c
 COMMANDS = {'run': run, 'compare': compare}

@@ -13,13 +13,13 @@ from .sweep import load_spec, expand, cell_state, load_histories
 from .aggregate import rounds_to_reach, _num
 
 # %% auto #0
-__all__ = ['SWEEP_FILES', 'EXPERIMENTS', 'T1_TEXT', 'PAPER_TABLES', 'T3_ROWS', 'T11_VARIANTS', 'CONV_THRESHOLD', 'ECL_NAMES',
-           'repo_root', 'sweeps_dir', 'sweep_path', 'cell_summaries', 'main_job_dir', 'command', 'load', 'not_run',
-           'link', 'plots_markdown', 'say', 'ms', 'verdict', 'noisy', 'best_of', 'claim', 'stale_cells', 'run_status',
-           'seeds_note', 'main_job_report', 'paper_table', 'table1_methods', 'table1_ours', 'table1_claims',
-           'table3_ours', 'table3_claims', 'sensitivity_ours', 'sensitivity_claims', 'table11_ours', 'table11_claims',
-           'sweep_histories', 'convergence', 'convergence_claims', 'ecl_ours', 'ecl_claims', 'cost_ours',
-           'ratio_claims', 'cost_claims', 'bench_table', 'bench_claims']
+__all__ = ['SWEEP_FILES', 'EXPERIMENTS', 'T1_TEXT', 'PAPER_TABLES', 'PAPER_FRACTIONS', 'T3_ROWS', 'T11_VARIANTS',
+           'CONV_THRESHOLD', 'ECL_NAMES', 'repo_root', 'sweeps_dir', 'sweep_path', 'cell_summaries', 'main_job_dir',
+           'command', 'load', 'not_run', 'link', 'plots_markdown', 'say', 'ms', 'verdict', 'noisy', 'best_of', 'claim',
+           'stale_cells', 'run_status', 'seeds_note', 'main_job_report', 'paper_table', 'table1_methods', 'table1_ours',
+           'table1_claims', 'table3_ours', 'table3_claims', 'sensitivity_ours', 'sensitivity_claims', 'table11_ours',
+           'table11_claims', 'sweep_histories', 'convergence', 'convergence_claims', 'ecl_ours', 'ecl_claims',
+           'cost_ours', 'ratio_claims', 'cost_claims', 'bench_table', 'bench_claims']
 
 # %% ../nbs/15a_report.ipynb #5cd13a36
 SWEEP_FILES = {'summary': 'summary.csv', 'results': 'results.csv', 'plots': 'plots', 'bench': 'bench_methods.txt'}
@@ -151,11 +151,12 @@ def seeds_note(df: pd.DataFrame, keys: list) -> str:
 
 # %% ../nbs/15a_report.ipynb #40b600f4
 def main_job_report(path=None) -> list:
-    "Markdown of the committed main job: its table and the verdicts 'FedLoGe beats FedAvg' in GM and PM (or the command)."
+    "Markdown of the committed main job: its table (headings as bold lines) and the verdicts 'FedLoGe beats FedAvg' in GM and PM (or the command)."
     p = Path(path) if path is not None else main_job_dir()
     if not (p/'summary.md').exists():
         return ["**Not run yet.** Command: `OMP_NUM_THREADS=1 .venv/bin/fedloge_nb main --seeds 0,1,2 --out results/main/fmnist_if100_a05`."]
-    out = [(p/'summary.md').read_text()]
+    import re
+    out = [re.sub(r'^#+ +(.*)$', r'**\1**', (p/'summary.md').read_text(), flags=re.M)]   # its headings as bold lines: no stray sections
     r = pd.read_csv(p/'results.csv').query("status == 'ok'").groupby('method')[['gm_acc', 'pm_acc']].agg(['mean', 'std'])
     if {'fedavg', 'fedloge'} <= set(r.index):
         for col, name in (('gm_acc', 'GM'), ('pm_acc', 'PM')):
@@ -214,10 +215,20 @@ PAPER_TABLES = {
     'table5': lambda: pd.DataFrame([('FedAvg', '3min11s'), ('FedProx', '5min24s'), ('FedRep', '4min07s'), ('FedBABU', '3min14s'), ('FedLoGe', '3min19s')],
                                    columns=['Method', 'Time Cost/Round']).set_index('Method')}
 
-def paper_table(name: str) -> pd.DataFrame:
-    "A table as the paper prints it: 'table1', 'table3', 'table11', 'table10', 'table5' (FedLoGe) or 'ecl_table2' (ECL)."
+def _to_percent(t: pd.DataFrame) -> pd.DataFrame:
+    "A paper table's fractions as percent: numbers x 100, 'GM/PM' strings as 'GM / PM' in percent."
+    def cell(v):
+        if isinstance(v, str) and '/' in v: return ' / '.join(f"{float(x) * 100:.2f}" for x in v.split('/'))
+        return v if v is None or isinstance(v, str) or pd.isna(v) else round(float(v) * 100, 2)
+    return t.map(cell)
+
+PAPER_FRACTIONS = ('table1', 'table3', 'table11')   # the FedLoGe tables printed as fractions (ECL's is in %, the others are not accuracies)
+
+def paper_table(name: str, percent: bool = True) -> pd.DataFrame:
+    "A table as the paper prints it, accuracies in % (`percent`; False: FedLoGe's fractions): 'table1', 'table3', 'table11', 'table10', 'table5' (FedLoGe) or 'ecl_table2' (ECL)."
     if name not in PAPER_TABLES: raise ValueError(f"no paper table {name!r}; known: {', '.join(PAPER_TABLES)}")
-    return PAPER_TABLES[name]()
+    t = PAPER_TABLES[name]()
+    return _to_percent(t) if percent and name in PAPER_FRACTIONS else t
 
 # %% ../nbs/15a_report.ipynb #87408ae1
 def table1_methods() -> list:

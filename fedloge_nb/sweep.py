@@ -18,8 +18,8 @@ from .aggregate import (METRICS, _is_metric, _label, _save_fig, rounds_to_reach,
 # %% auto #0
 __all__ = ['FIELDS', 'GRID_ALIASES', 'TOP_KEYS', 'REPORT_DEFAULTS', 'SHORT', 'HP_RENAMED', 'COMPARE_METRICS', 'SweepSpec',
            'parse_spec', 'load_spec', 'Cell', 'expand', 'current_names', 'same_config', 'stale_hp', 'cell_state',
-           'run_cell', 'cell_row', 'load_histories', 'write_reports', 'claim_cell', 'run_grid', 'sweep', 'setting_line',
-           'compare_spec']
+           'run_cell', 'cell_row', 'load_histories', 'write_plots', 'write_reports', 'claim_cell', 'run_grid', 'sweep',
+           'setting_line', 'compare_spec']
 
 # %% ../nbs/15_sweep.ipynb #5956da09
 FIELDS = [f.name for f in dataclasses.fields(FedConfig)]
@@ -271,6 +271,22 @@ def load_histories(out, rows: list | None = None, status=('ok',)) -> list:
     return [{**{k: r.get(k) for k in keep}, **h} for r in rows if r.get('status') in status
             for h in _read_history(out/str(r['cell'])/'history.csv')]
 
+def write_plots(spec: SweepSpec, rows: list, summary: list, out):
+    "The sweep's PNGs in `out/plots`: learning curves per setting, a dot-and-interval plot per `[report] bars` metric, sensitivity plots."
+    out = Path(out)
+    hist = load_histories(out, rows)
+    for s in dict.fromkeys(r['setting'] for r in rows):
+        hs = {}
+        for r in rows:
+            if r['setting'] == s and r['status'] == 'ok':
+                hs.setdefault(_label(r), []).append([h for h in hist if h['cell'] == r['cell']])
+        if hs:
+            fig = plot_curves(hs, keys=tuple(spec.report['curves']), title=f'{spec.name}: {s}'); _save_fig(fig, out/'plots'/f'curves_{s}.png')
+    done = [r for r in summary if r['n_seeds']]
+    for m in spec.report['bars']: plot_bars(done, m, out/'plots'/f'bars_{m}.png')
+    for x in spec.report['sensitivity']:
+        plot_sensitivity(done, x, tuple(spec.report['curves']), out/'plots'/f'sensitivity_{_safe(x)}.png')
+
 def write_reports(spec: SweepSpec, cells: list, out, plots: bool = True) -> list:
     "Collect every cell's state from `out`, write results.csv, summary.csv, summary.md and plots; return the summary rows."
     out = Path(out)
@@ -284,19 +300,7 @@ def write_reports(spec: SweepSpec, cells: list, out, plots: bool = True) -> list
         atomic_write(out/'selected.md', selected_markdown(summary, rows, [tuple(p.split(':')) for p in spec.report['select']],
                                                          spec.report.get('reference')) + '\n')
     (out/'histories.csv').unlink(missing_ok=True)                 # written by earlier versions: a copy of the cells' histories
-    if plots and any(r['status'] == 'ok' for r in rows):
-        hist = load_histories(out, rows)
-        for s in dict.fromkeys(c.setting for c in cells):
-            hs = {}
-            for r in rows:
-                if r['setting'] == s and r['status'] == 'ok':
-                    hs.setdefault(_label(r), []).append([h for h in hist if h['cell'] == r['cell']])
-            if hs:
-                fig = plot_curves(hs, keys=tuple(spec.report['curves'])); _save_fig(fig, out/'plots'/f'curves_{s}.png')
-        done = [r for r in summary if r['n_seeds']]
-        for m in spec.report['bars']: plot_bars(done, m, out/'plots'/f'bars_{m}.png')
-        for x in spec.report['sensitivity']:
-            plot_sensitivity(done, x, tuple(spec.report['curves']), out/'plots'/f'sensitivity_{_safe(x)}.png')
+    if plots and any(r['status'] == 'ok' for r in rows): write_plots(spec, rows, summary, out)
     return summary
 
 # %% ../nbs/15_sweep.ipynb #b1ceebcb

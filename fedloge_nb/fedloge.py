@@ -28,14 +28,14 @@ class FedLoGeNet(nn.Module):
         self.psi = make_head(theta.feature_dim, num_classes, bias=False)
     def forward(self, x): return self.sse_c(self.theta(x))
 
-# %% ../nbs/05_fedloge.ipynb #3459d5ad
+# %% ../nbs/05_fedloge.ipynb #109dce9e
 def dot_regression_loss(h: torch.Tensor, W: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     "Dot-regression loss (Yang et al. 2022): mean of (w_y . h/|h| - |w_y|)^2 / 2 for a d x C fixed classifier W."
     w = W.T[y]                                                          # (B, d): each sample's class column
     dot = (F.normalize(h, dim=1) * w).sum(1)
     return 0.5 * (dot - w.norm(dim=1).detach()).pow(2).mean()
 
-# %% ../nbs/05_fedloge.ipynb #109cfb0a
+# %% ../nbs/05_fedloge.ipynb #bd0cd5fa
 class Projected(nn.Module):
     "Backbone f(x; theta) followed by a learnable d x d projection layer (FedLoGe Table 8), with the backbone's `feature_dim`."
     def __init__(self, backbone: nn.Module):

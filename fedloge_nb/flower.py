@@ -4,15 +4,17 @@
 
 # %% ../nbs/16_flower.ipynb #e5bae2c5
 from __future__ import annotations
-import io, json, math, os, time, dataclasses, threading
+import copy, io, json, math, os, sys, time, dataclasses
 from collections import OrderedDict
 from pathlib import Path
 import numpy as np
 import torch
 from tqdm.auto import tqdm
+from fastcore.basics import patch
 from .federated import (FedConfig, ClientResult, make_algorithm, start_run, sample_clients, derive_seed, check_finite,
-                        check_device, evaluate_global, client_scores, personal_scores, val_view, last_k_means, make_summary,
-                        save_json, save_csv, _scalars, DivergenceError)
+                        check_device, evaluate_global, client_scores, personal_scores, val_view, make_summary, get_method,
+                        matched_hp, hp_key, seed_everything, save_json, save_csv, _scalars, DivergenceError)
+from .guards import save_checkpoint, load_checkpoint
 
 def to_record(state: dict):
     "A dict of tensors as a Flower `ArrayRecord` (keys and order kept; empty dict: empty record)."
@@ -33,18 +35,25 @@ def unpack(b: bytes, device='cpu'):
     return torch.load(io.BytesIO(b), map_location=device, weights_only=True)
 
 # %% auto #0
-__all__ = ['STATE_KEY', 'to_record', 'from_record', 'pack', 'unpack', 'client_setup', 'client_train', 'client_evaluate',
-           'client_finish', 'client_query', 'make_client_app', 'FlowerError', 'EngineStrategy', 'run_flower',
-           'make_server_app']
+__all__ = ['STATE_KEY', 'APP_FILES', 'to_record', 'from_record', 'pack', 'unpack', 'run_key', 'own_hp', 'client_setup',
+           'own_algo', 'state_dir', 'load_client_state', 'save_client_state', 'client_train', 'client_evaluate',
+           'client_finish', 'client_query', 'make_client_app', 'FlowerError', 'check_min_clients', 'EngineStrategy',
+           'LocalGrid', 'run_flower', 'make_server_app', 'tagged_processes', 'write_app', 'make_certificates',
+           'make_node_key', 'Deployment', 'run_deployment', 'deploy']
 
 # %% ../nbs/16_flower.ipynb #357afc40
 _CLIENT: dict = {}   # this process's client side of one run (a Ray actor or a SuperNode serves many messages)
 STATE_KEY = 'fedloge_nb.client_state'
 
-def _state_key(cfg_json: str) -> str:
-    "Key of this run's client state in `context.state` (one per config: a node may serve several runs in one simulation)."
+def run_key(cfg_json: str) -> str:
+    "Short key of a run's config: names its client states in `context.state` and on disk (a node may serve several runs)."
     import hashlib
-    return f"{STATE_KEY}.{hashlib.sha1(cfg_json.encode()).hexdigest()[:12]}"
+    return hashlib.sha1(cfg_json.encode()).hexdigest()[:12]
+
+def own_hp(cfg: FedConfig) -> dict:
+    "The method's own values of the hyperparameters that `cfg.post_epochs` replaced (the `own_*` run of `run_fl`)."
+    cls = get_method(cfg.method)
+    return {k: {**cls.defaults, **cfg.hp}[k] for k in matched_hp(cls, cfg)}
 
 def client_setup(cfg_json: str):
     "The client side of a run in this process, built once per config: (cfg, algo, clients, initial client states)."
@@ -53,22 +62,57 @@ def client_setup(cfg_json: str):
         cfg = FedConfig(**json.loads(cfg_json)).validate()
         fed = make_fed_data(**cfg.data_args())
         algo = make_algorithm(cfg); clients, states, _ = start_run(algo, fed, cfg)
-        _CLIENT.clear(); _CLIENT.update(key=cfg_json, cfg=cfg, algo=algo, clients=clients, states=states)
+        _CLIENT.clear(); _CLIENT.update(key=cfg_json, cfg=cfg, algo=algo, clients=clients, states=states, fed=fed)
     return _CLIENT['cfg'], _CLIENT['algo'], _CLIENT['clients'], _CLIENT['states']
 
+def own_algo(cfg: FedConfig, algo):
+    "This process's copy of the client `algo` with the method's own post-training hyperparameters (built once per run)."
+    if _CLIENT.get('own') is None:
+        o = copy.deepcopy(algo); o.hp.update(own_hp(cfg)); _CLIENT['own'] = o
+    return _CLIENT['own']
+
+# %% ../nbs/16_flower.ipynb #e2d8f09b
+def state_dir(c, context, k: int) -> Path | None:
+    "Client k's state folder: the node's `state-dir` (a SuperNode's `--node-config`), else the server's `state_dir` (simulation), else None."
+    d = str(context.node_config.get('state-dir', '') or c.get('state_dir', '') or '')
+    return Path(d)/run_key(c['cfg'])/f'client_{k}' if d else None
+
+def load_client_state(context, c, k: int, init: dict, device='cpu') -> dict:
+    "Client k's private state with the tag the server names (`c['state']`): from memory, else its state folder; 'r0' is `init`."
+    tag = c['state']; key = f"{STATE_KEY}.{run_key(c['cfg'])}.{tag}"
+    if key in context.state: return from_record(context.state[key], device)
+    if tag == 'r0': return copy.deepcopy(init)
+    d = state_dir(c, context, k)
+    if d is not None and (d/f'{tag}.pt').exists():
+        return {n: v.to(device) for n, v in load_checkpoint(d/f'{tag}.pt').items()}
+    raise ValueError(f"client {k} lost its state {tag} (a restarted node without a state folder): give each SuperNode "
+                     f"--node-config 'state-dir=...' so that its client can rejoin and runs can resume")
+
+def save_client_state(context, c, k: int, tag: str, state: dict):
+    "Keep client k's state `tag` in memory and, for a round tag, in its state folder; round tags other than this one, the source and `c['keep']` are dropped."
+    base = f"{STATE_KEY}.{run_key(c['cfg'])}."
+    keep = {tag, c['state'], c.get('keep', 'r0')}
+    context.state[base + tag] = to_record(state)
+    for name in [n for n in context.state if n.startswith(base + 'r') and n[len(base):] not in keep]: del context.state[name]
+    d = state_dir(c, context, k)
+    if d is None or not tag.startswith('r'): return
+    save_checkpoint(d/f'{tag}.pt', state)
+    for p in d.glob('r*.pt'):
+        if p.stem not in keep: p.unlink(missing_ok=True)
+
+# %% ../nbs/16_flower.ipynb #4be1fc4d
 def _client(msg, context):
-    "(cfg, algo, client k's data, its persistent state, k) for a message; loads the server model into `algo`."
+    "(config, cfg, algo, client k's data, its private state, k) for a message; the server model is loaded into `algo`."
     c = msg.content['config']
     cfg, algo, clients, states = client_setup(c['cfg'])
+    if c.get('branch', '') == 'own': algo = own_algo(cfg, algo)        # the method's own post-training budget
     torch.set_num_threads(int(c['threads']))                         # the server's thread count: same float sums
     k = int(context.node_config.get('partition-id', -1))
     if not 0 <= k < cfg.clients:
         raise ValueError(f"this SuperNode has partition-id={k}, outside the run's {cfg.clients} clients: start it with --node-config 'partition-id=K num-partitions={cfg.clients}'")
-    key = _state_key(c['cfg'])
-    cs = from_record(context.state[key], algo.device) if key in context.state else states[k]
     algo.load_global(from_record(msg.content['arrays'], algo.device))
     algo.load_extra_state(unpack(c['extra'], algo.device))
-    return cfg, algo, clients[k], cs, k
+    return c, cfg, algo, clients[k], load_client_state(context, c, k, states[k], algo.device), k
 
 def _problem(state) -> str:
     from fedloge_nb.guards import _nonfinite
@@ -79,34 +123,37 @@ def _reply(msg, info: dict, **records):
     return Message(content=RecordDict({'info': ConfigRecord(info), **records}), reply_to=msg)
 
 def client_train(msg, context):
-    "One round of local training on this node's client: `client_update`, shared state back, private state kept in `context.state`."
+    "One round of local training on this node's client: `client_update`, shared state back, private state kept as tag 'r<round>'."
     from flwr.app import MetricRecord
-    cfg, algo, d, cs, k = _client(msg, context)
-    rnd = int(msg.content['config']['round'])
+    c, cfg, algo, d, cs, k = _client(msg, context)
+    rnd = int(c['round'])
     if len(d) == 0: return _reply(msg, {'k': k, 'n': 0, 'loss': float('nan'), 'bad': ''})
     gstate = from_record(msg.content['arrays'], algo.device)
     s = derive_seed(cfg.seed, 'client', rnd, k)
     torch.manual_seed(s)
     r = algo.client_update(gstate, cs, d, cfg, s)
-    context.state[_state_key(msg.content['config']['cfg'])] = to_record(r.client_state)
+    save_client_state(context, c, k, f'r{rnd}', r.client_state)
     recs = {'arrays': to_record(r.state), 'metrics': MetricRecord({'num-examples': r.n})}
     if algo.aggregate_uses_client_state: recs['private'] = to_record(r.client_state)
     return _reply(msg, {'k': k, 'n': r.n, 'loss': float(r.loss), 'bad': _problem({'private': r.client_state})}, **recs)
 
+# %% ../nbs/16_flower.ipynb #0d285171
 def client_evaluate(msg, context):
-    "PM on this node: `client_scores` of its personalised model(s) on its local test (and validation) set."
-    cfg, algo, d, cs, k = _client(msg, context)
+    "PM on this node: `client_scores` of its personalised model(s) on its local test (and validation) set, and its share of the diagnostics."
+    c, cfg, algo, d, cs, k = _client(msg, context)
     sc = {'test': client_scores(algo, d, cs)}
     if d.x_val is not None: sc['val'] = client_scores(algo, dataclasses.replace(d, x_test=d.x_val, y_test=d.y_val), cs)
-    return _reply(msg, {'k': k, 'scores': pack(sc)})
+    want = json.loads(c.get('diag', '[]'))                            # diagnostics that need the private state (FedLoGe's phi_spearman)
+    diag = {n: float(v) for n, v in algo.diagnostics(_CLIENT['fed'], [d], [cs]).items() if n in want} if want else {}
+    return _reply(msg, {'k': k, 'scores': pack(sc), 'diag': pack(diag)})
 
 def client_finish(msg, context):
-    "One post-training stage on this node: `finish_client` with the server's message; the report goes back."
-    cfg, algo, d, cs, k = _client(msg, context)
-    c = msg.content['config']; stage = int(c['stage'])
+    "One post-training stage on this node: `finish_client` with the server's message; the state is kept as tag `c['save']`, the report goes back."
+    c, cfg, algo, d, cs, k = _client(msg, context)
+    stage = int(c['stage'])
     torch.manual_seed(derive_seed(cfg.seed, 'finish', stage, k))
     cs, rep = algo.finish_client(stage, d, cs, cfg, unpack(c['msg'], algo.device))
-    context.state[_state_key(msg.content['config']['cfg'])] = to_record(cs)
+    save_client_state(context, c, k, c['save'], cs)
     return _reply(msg, {'k': k, 'report': pack(rep), 'bad': _problem({'post_training': cs})})
 
 def client_query(msg, context):
@@ -123,162 +170,325 @@ def make_client_app():
 
 # %% ../nbs/16_flower.ipynb #d0c9f3db
 class FlowerError(RuntimeError):
-    "A Flower run could not go on: a node failed, did not answer in time, or never connected."
+    "A Flower run could not go on: fewer than `min_clients` answered, no node connected, or Ray did not start."
 
-def _strategy_base():
+def _as_strategy(cls):
+    "Register `cls` as a Flower `Strategy` (a virtual subclass: importing this module does not import flwr)."
     from flwr.serverapp.strategy import Strategy
-    return Strategy
+    if not issubclass(cls, Strategy): Strategy.register(cls)
+    return cls
 
-class EngineStrategy(_strategy_base()):
+def check_min_clients(m) -> float:
+    "`min_clients` as a float: a count >= 1, or a fraction in (0, 1) of the clients asked (a ValueError otherwise)."
+    m = float(m)
+    if not (0 < m < 1 or (m >= 1 and m == int(m))): raise ValueError(f"--min_clients {m:g}: give a count >= 1 or a fraction in (0, 1) of the clients asked")
+    return m
+
+# %% ../nbs/16_flower.ipynb #f41611d9
+class EngineStrategy:
     "A Flower `Strategy` that is the engine's round loop: the same sampling, seeds, aggregation order, evaluation and post-training stages."
-    def __init__(self, cfg: FedConfig, fed=None, out=None, progress: bool = True, timeout: float | None = 600.0, node_wait: float = 120.0):
+    def __init__(self, cfg: FedConfig, fed=None, out=None, progress: bool = True, timeout: float | None = 600.0, node_wait: float = 120.0,
+                 resume: bool = False, min_clients: float = 1, state_dir=None):
         cfg = cfg.validate()
-        from fedloge_nb.federated import matched_hp, get_method
-        if matched_hp(get_method(cfg.method), cfg):
-            raise ValueError("--post_epochs also re-runs the method's own post-training budget, which --backend flower does not do: use --backend local")
         if fed is None:
             from fedloge_nb.data import make_fed_data
             fed = make_fed_data(**cfg.data_args())
         if len(fed.train_idx) != cfg.clients: raise ValueError(f"the federated dataset has {len(fed.train_idx)} clients but cfg.clients={cfg.clients}")
+        if resume and out is None: raise ValueError("resume=True needs an out folder (its checkpoint.pt)")
+        _as_strategy(EngineStrategy)
         self.cfg, self.fed, self.out, self.progress, self.timeout, self.node_wait = cfg, fed, out, progress, timeout, node_wait
+        self.resume, self.min_clients, self.state_dir = resume, check_min_clients(min_clients), '' if state_dir is None else str(state_dir)
         self.algo = make_algorithm(cfg)
         _, _, self.gstate = start_run(self.algo, fed, cfg)           # the server model (clients build theirs from the same seed)
         self.cfg_json = json.dumps(dataclasses.asdict(cfg))
-        self.nodes: dict = {}                                         # client k -> Flower node id
-        self.loss, self.n_clients = float('nan'), 0
+        self.nodes, self.queried = {}, set()                          # client k -> Flower node id; node ids already asked who they are
+        self.tags = {k: 'r0' for k in range(cfg.clients)}            # client k's private state the server's model goes with
+        self.kept = dict(self.tags)                                   # ... at the last checkpoint (the clients keep it for a resume)
+        self.failures, self.diag_keys = [], None                      # every client that did not answer: {'what', 'client', 'reason'}
+        self.loss, self.n_clients, self.asked, self.answered = float('nan'), 0, 0, 0
 
-    # --- messages ---
-    def _content(self, arrays, **config):
-        from flwr.app import ConfigRecord, RecordDict
-        return RecordDict({'arrays': arrays, 'config': ConfigRecord({'cfg': self.cfg_json, 'threads': torch.get_num_threads(),
-                                                                      'extra': pack(self.algo.extra_state()), **config})})
+    def need(self, asked: int) -> int:
+        "How many of `asked` clients must answer an exchange: `min_clients` (a count, or a fraction of those asked), at most `asked`."
+        m = self.min_clients
+        return min(asked, int(m) if m >= 1 else max(1, math.ceil(m * asked)))
 
-    def _messages(self, ks, content, message_type):
-        from flwr.app import Message
-        return [Message(content=content, dst_node_id=self.nodes[k], message_type=message_type) for k in ks]
+    def message(self, k: int, arrays, message_type: str, algo=None, tags=None, **config):
+        "The message to client k's node: the server model, the run's config, the extra server state and which private state to start from."
+        from flwr.app import ConfigRecord, Message, RecordDict
+        algo, tags = algo or self.algo, self.tags if tags is None else tags
+        c = ConfigRecord({'cfg': self.cfg_json, 'threads': torch.get_num_threads(), 'extra': pack(algo.extra_state()),
+                          'state': tags[k], 'keep': self.kept[k], 'state_dir': self.state_dir, **config})
+        return Message(content=RecordDict({'arrays': arrays, 'config': c}), dst_node_id=self.nodes[k], message_type=message_type)
 
-    def _exchange(self, grid, messages, what: str) -> dict:
-        "Send, wait, check: `{k: reply content}` (a failed or missing reply is a `FlowerError` naming the client)."
-        replies = list(grid.send_and_receive(messages, timeout=self.timeout))
-        inv = {v: k for k, v in self.nodes.items()}
-        got = {}
-        for m in replies:
-            k = inv.get(m.metadata.src_node_id)
-            if m.has_error():
-                raise FlowerError(f"{what}: client {k} (node {m.metadata.src_node_id}) failed: {m.error.reason}")
-            got[k] = m.content
-        missing = sorted(inv[m.metadata.dst_node_id] for m in messages if inv[m.metadata.dst_node_id] not in got)
-        if missing:
-            raise FlowerError(f"{what}: no reply from client(s) {missing} within {self.timeout} s: a SuperNode stopped or is too slow "
-                              f"(restart it, or raise the timeout)")
-        return got
+# %% ../nbs/16_flower.ipynb #0fa176d3
+@patch
+def _query(self: EngineStrategy, grid, ids) -> dict:
+    "Ask nodes `ids` their `partition-id`: `{k: node id}` (the first node per k; nodes that fail are skipped)."
+    from flwr.app import ConfigRecord, Message, MessageType, RecordDict
+    msgs = [Message(content=RecordDict({'config': ConfigRecord({})}), dst_node_id=i, message_type=MessageType.QUERY) for i in ids]
+    seen = {}
+    for m in grid.send_and_receive(msgs, timeout=self.timeout):
+        self.queried.add(m.metadata.src_node_id)
+        if not m.has_error(): seen.setdefault(int(m.content['info']['k']), m.metadata.src_node_id)
+    return seen
 
-    # --- Strategy API ---
-    def configure_train(self, server_round, arrays, config, grid):
-        "Messages to the round's clients, `sample_clients(K, frac, seed, round)` as in the engine."
-        from flwr.app import MessageType
-        ks = sample_clients(self.cfg.clients, self.cfg.frac, self.cfg.seed, server_round)
-        return self._messages(ks, self._content(arrays, round=server_round), MessageType.TRAIN)
+@patch
+def discover(self: EngineStrategy, grid):
+    "Map client k to the node whose `partition-id` is k (waits up to `node_wait` s for all K nodes)."
+    t0 = time.monotonic()
+    while len(ids := list(grid.get_node_ids())) < self.cfg.clients:
+        if time.monotonic() - t0 > self.node_wait:
+            raise FlowerError(f"only {len(ids)} of {self.cfg.clients} SuperNodes connected within {self.node_wait} s: start one per client")
+        time.sleep(0.5)
+    seen = self._query(grid, ids)
+    missing = sorted(set(range(self.cfg.clients)) - set(seen))
+    if missing: raise FlowerError(f"no SuperNode has partition-id {missing}: start each with --node-config 'partition-id=K num-partitions={self.cfg.clients}'")
+    self.nodes = {k: seen[k] for k in range(self.cfg.clients)}
 
-    def aggregate_train(self, server_round, replies):
-        "The method's `aggregate` over the replies in client order (clients without data left out), with the engine's checks."
-        from flwr.app import MetricRecord
-        results = []
-        for k in sorted(replies):
-            c = replies[k]; info = c['info']
-            if int(info['n']) == 0: continue
-            state = from_record(c['arrays'], self.algo.device)
-            private = from_record(c['private'], self.algo.device) if 'private' in c else {}
-            if info['bad']: raise DivergenceError(f"training diverged in round {server_round} (client {k}: loss {float(info['loss']):.3g}, non-finite {info['bad']}): "
-                                                  f"lower --lr (now {self.cfg.lr:g}) or check the data")
-            check_finite(server_round, self.cfg, {'shared': state, 'private': private}, client=k, loss=float(info['loss']))
-            results.append(ClientResult(state, private, int(info['n']), float(info['loss'])))
-        if results:
-            self.gstate = self.algo.aggregate(self.gstate, results)
-            check_finite(server_round, self.cfg, self.gstate)
-            self.algo.load_global(self.gstate)
-        losses = [r.loss for r in results if not math.isnan(r.loss)]
-        self.loss, self.n_clients = (float(np.mean(losses)) if losses else float('nan')), len(results)
-        return to_record(self.gstate), MetricRecord({'train_loss': self.loss, 'clients': self.n_clients})
+# %% ../nbs/16_flower.ipynb #3da165d6
+@patch
+def live(self: EngineStrategy, grid) -> set:
+    "The clients whose node is connected now; a client whose node went away is looked for among nodes that joined since (a restarted SuperNode)."
+    ids = set(grid.get_node_ids())
+    lost = [k for k, i in self.nodes.items() if i not in ids]
+    if lost and (new := ids - set(self.nodes.values()) - self.queried):
+        for k, i in self._query(grid, new).items():
+            if k in lost: self.nodes[k] = i
+    return {k for k, i in self.nodes.items() if i in ids}
 
-    def configure_evaluate(self, server_round, arrays, config, grid):
-        "Every client scores its personalised model(s) on its own test set."
-        from flwr.app import MessageType
-        return self._messages(range(self.cfg.clients), self._content(arrays, round=server_round), MessageType.EVALUATE)
+@patch
+def exchange(self: EngineStrategy, grid, asked: list, messages: list, what: str) -> dict:
+    "Send `messages` (to the live ones of the `asked` clients) and wait: `{k: reply}`; failures are logged and counted, fewer than `need` answers is a `FlowerError`."
+    inv = {v: k for k, v in self.nodes.items()}
+    sent = [inv[m.metadata.dst_node_id] for m in messages]
+    failed = {k: 'its node is not connected' for k in asked if k not in sent}
+    got = {}
+    for m in (grid.send_and_receive(messages, timeout=self.timeout) if messages else []):
+        k = inv.get(m.metadata.src_node_id)
+        if k not in sent: continue
+        if m.has_error(): failed[k] = (m.error.reason.strip().splitlines() or ['error'])[-1][:300]
+        else: got[k] = m.content
+    failed.update({k: f'no reply within {self.timeout} s' for k in sent if k not in got and k not in failed})
+    for k in sorted(failed):
+        self.failures.append({'what': what, 'client': k, 'reason': failed[k]})
+        print(f"fedloge_nb flower: {what}: client {k} did not answer ({failed[k]})", file=sys.stderr, flush=True)
+    if len(got) < self.need(len(asked)):
+        why = '; '.join(f'client {k}: {r}' for k, r in sorted(failed.items()))
+        raise FlowerError(f"{what}: only {len(got)} of {len(asked)} clients answered, fewer than min_clients "
+                          f"{self.need(len(asked))} ({why}): restart the SuperNodes (they rejoin) and resume")
+    return got
 
-    def aggregate_evaluate(self, server_round, replies):
-        "GM at the server + PM from the clients' scores (client order) + diagnostics: the engine's `_evaluate_all`."
-        from flwr.app import MetricRecord
-        sc = [unpack(replies[k]['info']['scores']) for k in range(self.cfg.clients)]
-        algo, fed = self.algo, self.fed
-        m = evaluate_global(algo, fed); m.update(personal_scores(algo, [s['test'] for s in sc]))
-        if getattr(fed, 'has_val', False):
-            v = evaluate_global(algo, val_view(fed, [])[0]); v.update(personal_scores(algo, [s.get('val', {}) for s in sc]))
-            m.update({f'val_{k}': x for k, x in v.items() if k != 'client_acc'})
-        m.update(algo.diagnostics(fed, [], []))                       # private client states stay on the clients
-        self.metrics = m
-        return MetricRecord({k: float(v) for k, v in m.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
+# %% ../nbs/16_flower.ipynb #1f265f70
+@patch
+def configure_train(self: EngineStrategy, server_round, arrays, config, grid):
+    "Messages to the round's clients whose nodes are connected, `sample_clients(K, frac, seed, round)` as in the engine."
+    from flwr.app import MessageType
+    live = self.live(grid)
+    ks = sample_clients(self.cfg.clients, self.cfg.frac, self.cfg.seed, server_round)
+    return [self.message(k, arrays, MessageType.TRAIN, round=server_round) for k in ks if k in live]
 
-    def summary(self):
-        pass
+@patch
+def aggregate_train(self: EngineStrategy, server_round, replies):
+    "The method's `aggregate` over the replies in client order (clients without data left out), with the engine's checks."
+    from flwr.app import MetricRecord
+    results = []
+    for k in sorted(replies):
+        c = replies[k]; info = c['info']
+        if int(info['n']) == 0: continue
+        state = from_record(c['arrays'], self.algo.device)
+        private = from_record(c['private'], self.algo.device) if 'private' in c else {}
+        if info['bad']: raise DivergenceError(f"training diverged in round {server_round} (client {k}: loss {float(info['loss']):.3g}, non-finite {info['bad']}): "
+                                              f"lower --lr (now {self.cfg.lr:g}) or check the data")
+        check_finite(server_round, self.cfg, {'shared': state, 'private': private}, client=k, loss=float(info['loss']))
+        results.append(ClientResult(state, private, int(info['n']), float(info['loss'])))
+        self.tags[k] = f'r{server_round}'                           # the client's state after this round goes with the new model
+    if results:
+        self.gstate = self.algo.aggregate(self.gstate, results)
+        check_finite(server_round, self.cfg, self.gstate)
+        self.algo.load_global(self.gstate)
+    losses = [r.loss for r in results if not math.isnan(r.loss)]
+    self.loss, self.n_clients = (float(np.mean(losses)) if losses else float('nan')), len(results)
+    return to_record(self.gstate), MetricRecord({'train_loss': self.loss, 'clients': self.n_clients})
 
-    def discover(self, grid):
-        "Map client k to the node whose `partition-id` is k (waits up to `node_wait` s for all K nodes)."
-        from flwr.app import ConfigRecord, Message, MessageType, RecordDict
-        t0 = time.monotonic()
-        while len(ids := list(grid.get_node_ids())) < self.cfg.clients:
-            if time.monotonic() - t0 > self.node_wait:
-                raise FlowerError(f"only {len(ids)} of {self.cfg.clients} SuperNodes connected within {self.node_wait} s: start one per client")
-            time.sleep(0.5)
-        msgs = [Message(content=RecordDict({'config': ConfigRecord({})}), dst_node_id=i, message_type=MessageType.QUERY) for i in ids]
-        seen = {}
-        for m in grid.send_and_receive(msgs, timeout=self.timeout):
-            if m.has_error(): raise FlowerError(f"node {m.metadata.src_node_id} failed the partition query: {m.error.reason}")
-            seen.setdefault(int(m.content['info']['k']), m.metadata.src_node_id)
-        missing = sorted(set(range(self.cfg.clients)) - set(seen))
-        if missing: raise FlowerError(f"no SuperNode has partition-id {missing}: start each with --node-config 'partition-id=K num-partitions={self.cfg.clients}'")
-        self.nodes = {k: seen[k] for k in range(self.cfg.clients)}
+@patch
+def train_round(self: EngineStrategy, grid, rnd: int, arrays):
+    "One round: the sampled clients train, the answers are aggregated; `asked` / `answered` count the clients."
+    asked = sample_clients(self.cfg.clients, self.cfg.frac, self.cfg.seed, rnd)
+    got = self.exchange(grid, asked, self.configure_train(rnd, arrays, None, grid), f'round {rnd}')
+    self.asked, self.answered = len(asked), len(got)
+    return self.aggregate_train(rnd, got)[0]
 
-    def start(self, grid, initial_arrays=None, num_rounds=None, timeout=None, **_):
-        "The whole run on `grid`: rounds, evaluations, post-training stages, final evaluation; writes the run files to `out`; returns the summary."
-        from flwr.app import MessageType
-        cfg, algo, out = self.cfg, self.algo, self.out
-        if timeout is not None: self.timeout = timeout
-        self.discover(grid)
-        if out is not None:
-            Path(out).mkdir(parents=True, exist_ok=True)
-            save_json(Path(out)/'config.json', {'config': cfg.key(), 'data': self.fed.config, 'device': cfg.device, 'backend': 'flower'})
-        history, train_time = [], 0.0
-        arrays = to_record(self.gstate)
-        bar = tqdm(range(1, cfg.rounds + 1), desc=f'{cfg.method}', disable=not self.progress, total=cfg.rounds)
-        for rnd in bar:
-            t0 = time.perf_counter()
-            got = self._exchange(grid, self.configure_train(rnd, arrays, None, grid), f'round {rnd}')
-            arrays, _ = self.aggregate_train(rnd, got)
-            train_time += time.perf_counter() - t0
-            if rnd % cfg.eval_every == 0 or rnd == cfg.rounds:
-                self.aggregate_evaluate(rnd, self._exchange(grid, self.configure_evaluate(rnd, arrays, None, grid), f'evaluation {rnd}'))
-                m = _scalars(self.metrics)
-                history.append({'round': rnd, 'train_loss': self.loss, 'clients': self.n_clients, 'train_time_s': round(train_time, 3), **m})
-                bar.set_postfix({k: f"{m[k]:.1f}" for k in ('gm_acc', 'pm_acc') if m.get(k) is not None})
-                if out is not None: save_csv(Path(out)/'history.csv', history)
-        t0, fmsg = time.perf_counter(), {}
-        for stage in range(algo.finish_rounds(cfg)):                # post-training: message rounds with every client
-            got = self._exchange(grid, self._messages(range(cfg.clients), self._content(arrays, stage=stage, msg=pack(fmsg)),
-                                                      f'{MessageType.TRAIN}.finish'), f'post-training stage {stage}')
-            for k in sorted(got):
-                if got[k]['info']['bad']: raise DivergenceError(f"training diverged in round {cfg.rounds} (client {k}, non-finite {got[k]['info']['bad']}): "
-                                                                f"lower --lr (now {cfg.lr:g}) or check the data")
-            reports = {k: r for k in sorted(got) if (r := unpack(got[k]['info']['report'], algo.device))}
-            fmsg = algo.finish_server(stage, cfg, reports) or {}
-        finish_time = time.perf_counter() - t0
-        self.aggregate_evaluate(cfg.rounds, self._exchange(grid, self.configure_evaluate(cfg.rounds, arrays, None, grid), 'final evaluation'))
-        summary = {**make_summary(cfg, self.fed, algo, self.metrics, history, train_time, finish_time), 'backend': 'flower'}
-        if out is not None:
-            if history: save_csv(Path(out)/'history.csv', history)
-            save_json(Path(out)/'summary.json', summary)
-        self.history, self.result = history, summary
-        return summary
+# %% ../nbs/16_flower.ipynb #44149da7
+@patch
+def configure_evaluate(self: EngineStrategy, server_round, arrays, config, grid, algo=None, tags=None, branch: str = ''):
+    "Every connected client scores its personalised model(s) on its own test set (and reports the diagnostics that need its state)."
+    from flwr.app import MessageType
+    algo = algo or self.algo
+    if self.diag_keys is None:                                        # the diagnostics the server cannot compute alone
+        self.diag_keys = sorted(n for n, v in algo.diagnostics(self.fed, [], []).items() if isinstance(v, float) and math.isnan(v))
+    live = self.live(grid)
+    return [self.message(k, arrays, MessageType.EVALUATE, algo, tags, round=server_round, branch=branch, diag=json.dumps(self.diag_keys))
+            for k in range(self.cfg.clients) if k in live]
+
+@patch
+def aggregate_evaluate(self: EngineStrategy, server_round, replies, algo=None):
+    "GM at the server + PM from the clients' scores (client order) + diagnostics: the engine's `_evaluate_all`."
+    from flwr.app import MetricRecord
+    algo, fed, ks = algo or self.algo, self.fed, sorted(replies)
+    sc = [unpack(replies[k]['info']['scores']) for k in ks]
+    m = evaluate_global(algo, fed); m.update(personal_scores(algo, [s['test'] for s in sc]))
+    if getattr(fed, 'has_val', False):
+        v = evaluate_global(algo, val_view(fed, [])[0]); v.update(personal_scores(algo, [s.get('val', {}) for s in sc]))
+        m.update({f'val_{k}': x for k, x in v.items() if k != 'client_acc'})
+    m.update(algo.diagnostics(fed, [], []))
+    for n in self.diag_keys or []:                                    # per-client diagnostics: mean over the clients (NaN left out)
+        vals = [x for k in ks if 'diag' in replies[k]['info'] and (x := unpack(replies[k]['info']['diag']).get(n, float('nan'))) == x]
+        m[n] = float(sum(vals) / len(vals)) if vals else float('nan')
+    self.metrics = m
+    return MetricRecord({k: float(v) for k, v in m.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
+
+@patch
+def evaluate(self: EngineStrategy, grid, rnd: int, arrays, what: str, algo=None, tags=None, branch: str = '') -> dict:
+    "One evaluation exchange with every client; the metrics (PM over the clients that answered: `pm_clients` says how many)."
+    msgs = self.configure_evaluate(rnd, arrays, None, grid, algo, tags, branch)
+    self.aggregate_evaluate(rnd, self.exchange(grid, list(range(self.cfg.clients)), msgs, what), algo)
+    return self.metrics
+
+@patch
+def summary(self: EngineStrategy):
+    "The run's summary (after `start`), as Flower's `Strategy.summary` would log the configuration."
+    return getattr(self, 'result', None)
+
+# %% ../nbs/16_flower.ipynb #e292580b
+@patch
+def finish(self: EngineStrategy, grid, arrays, algo=None, tags=None, branch: str = ''):
+    "The post-training stages of `algo` as message rounds with every client (the engine's `Algorithm.finish`); `tags` follow the clients' states."
+    from flwr.app import MessageType
+    cfg, algo, tags = self.cfg, algo or self.algo, self.tags if tags is None else tags
+    seed_everything(derive_seed(cfg.seed, 'finish'))
+    fmsg = {}
+    for stage in range(algo.finish_rounds(cfg)):
+        live, what = self.live(grid), f'{branch + " " if branch else ""}post-training stage {stage}'
+        msgs = [self.message(k, arrays, f'{MessageType.TRAIN}.finish', algo, tags, stage=stage, msg=pack(fmsg), save=f'{branch}f{stage}', branch=branch)
+                for k in range(cfg.clients) if k in live]
+        got = self.exchange(grid, list(range(cfg.clients)), msgs, what)
+        for k in sorted(got):
+            if got[k]['info']['bad']: raise DivergenceError(f"training diverged in round {cfg.rounds} (client {k}, non-finite {got[k]['info']['bad']}): "
+                                                            f"lower --lr (now {cfg.lr:g}) or check the data")
+            tags[k] = f'{branch}f{stage}'
+        reports = {k: r for k in sorted(got) if (r := unpack(got[k]['info']['report'], algo.device))}
+        fmsg = algo.finish_server(stage, cfg, reports) or {}
+
+@patch
+def own_budget(self: EngineStrategy, grid, arrays, algo, tags) -> dict:
+    "`post_epochs`: the same trained model with the method's own post-training budget (`algo`, `tags`: the pre-finish copies); the `own_*` keys."
+    algo.hp.update(own_hp(self.cfg))
+    self.finish(grid, arrays, algo, tags, 'own')
+    m = self.evaluate(grid, self.cfg.rounds, arrays, 'own final evaluation', algo, tags, 'own')
+    return {**{f'own_{k}': v for k, v in _scalars(m).items()}, 'own_hp': algo.hp}
+
+# %% ../nbs/16_flower.ipynb #8a1ddd2a
+@patch
+def save_state(self: EngineStrategy, rnd: int, history: list, train_time: float):
+    "OUT/checkpoint.pt in the engine's format (`save_checkpoint`), plus the Flower part: each client's state tag and the failures so far."
+    save_checkpoint(Path(self.out)/'checkpoint.pt', {
+        'round': rnd, 'global': self.gstate, 'clients': [], 'history': history, 'extra': self.algo.extra_state(),
+        'config': json.dumps(self.cfg.key(), sort_keys=True), 'hp': hp_key(self.algo), 'train_time': train_time,
+        'flower': {'tags': [self.tags[k] for k in range(self.cfg.clients)], 'failures': self.failures}})
+    self.kept = dict(self.tags)                                       # from now on the clients may drop older round states
+
+@patch
+def load_state(self: EngineStrategy) -> tuple[list, int, float]:
+    "Resume: the checkpoint's server model, extra state, client tags and failures; returns (history, round, train time)."
+    p = Path(self.out)/'checkpoint.pt'; ck = load_checkpoint(p)
+    if 'flower' not in ck: raise ValueError(f"{p} was written by the local engine: resume it with --backend local")
+    if ck.get('config') != json.dumps(self.cfg.key(), sort_keys=True):
+        raise ValueError(f"{p} was written by a different config; delete it or use another --out")
+    if 'hp' in ck and ck['hp'] != hp_key(self.algo):
+        raise ValueError(f"{p} was trained with hyperparameters {ck['hp']}, but the method's current defaults give "
+                         f"{hp_key(self.algo)} (a default changed): pass the old values with --hp, or start over without --resume")
+    self.algo.load_global({k: v.to(self.algo.device) for k, v in ck['global'].items()})
+    self.gstate = self.algo.global_state()
+    self.algo.load_extra_state(ck.get('extra', {}))
+    self.tags = dict(enumerate(ck['flower']['tags'])); self.kept = dict(self.tags)
+    self.failures = list(ck['flower']['failures'])
+    return ck['history'], ck['round'], ck.get('train_time', 0.0)
+
+# %% ../nbs/16_flower.ipynb #fd6dc8a3
+@patch
+def start(self: EngineStrategy, grid, initial_arrays=None, num_rounds=None, timeout=None, **_):
+    "The whole run on `grid`: rounds, evaluations, checkpoints, post-training stages, final evaluation, run files in `out`; returns the summary."
+    cfg, algo, out = self.cfg, self.algo, None if self.out is None else Path(self.out)
+    if timeout is not None: self.timeout = timeout
+    self.discover(grid)
+    history, start, train_time = [], 0, 0.0
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        if self.resume: history, start, train_time = self.load_state()
+        save_json(out/'config.json', {'config': cfg.key(), 'data': self.fed.config, 'device': cfg.device, 'backend': 'flower'})
+    arrays = to_record(self.gstate)
+    bar = tqdm(range(start + 1, cfg.rounds + 1), desc=f'{cfg.method}', disable=not self.progress, initial=start, total=cfg.rounds)
+    for rnd in bar:
+        t0 = time.perf_counter()
+        arrays = self.train_round(grid, rnd, arrays)
+        train_time += time.perf_counter() - t0
+        if rnd % cfg.eval_every == 0 or rnd == cfg.rounds:
+            m = _scalars(self.evaluate(grid, rnd, arrays, f'evaluation {rnd}'))
+            history.append({'round': rnd, 'train_loss': self.loss, 'clients': self.n_clients, 'train_time_s': round(train_time, 3), **m,
+                            'clients_asked': self.asked, 'clients_answered': self.answered, 'client_failures': len(self.failures)})
+            bar.set_postfix({k: f"{m[k]:.1f}" for k in ('gm_acc', 'pm_acc') if m.get(k) is not None})
+            if out is not None: save_csv(out/'history.csv', history)
+        if out is not None and (rnd % cfg.ckpt_every == 0 or rnd == cfg.rounds): self.save_state(rnd, history, train_time)
+    own = (copy.deepcopy(algo), dict(self.tags)) if matched_hp(type(algo), cfg) else None   # pre-finish copies for `post_epochs`
+    t0 = time.perf_counter()
+    self.finish(grid, arrays)
+    finish_time = time.perf_counter() - t0
+    final = self.evaluate(grid, cfg.rounds, arrays, 'final evaluation')
+    summary = {**make_summary(cfg, self.fed, algo, final, history, train_time, finish_time), 'backend': 'flower',
+               'client_failures': self.failures}
+    if own is not None: summary.update(self.own_budget(grid, arrays, *own))
+    if out is not None:
+        if history: save_csv(out/'history.csv', history)
+        save_json(out/'summary.json', summary)
+    self.history, self.result = history, summary
+    return summary
+
+# %% ../nbs/16_flower.ipynb #48f71a10
+class LocalGrid:
+    "A Flower `Grid` in this process: one node per client calling the ClientApp handlers directly (fast tests; `lose` and `kill` make failures)."
+    def __init__(self, clients: int, state_dir=None, lose=None):
+        from flwr.supercore.task_identity import TaskIdentity
+        for a in ('_run_id', '_node_id', '_task_id'):                # what a real ServerApp process sets before messages are made
+            if getattr(TaskIdentity, a) is None: setattr(TaskIdentity, a, 0)
+        self.K, self.state_dir, self.lose, self.next_id, self.ctx = clients, state_dir, lose or (lambda k, msg: False), 1, {}
+        for k in range(clients): self.restart(k)
+
+    def restart(self, k: int):
+        "Start (again) the node of client k: a new node id and an empty memory (its state folder, if any, stays)."
+        from flwr.app import Context, RecordDict
+        self.ctx = {i: c for i, c in self.ctx.items() if c.node_config['partition-id'] != k}
+        nc = {'partition-id': k, 'num-partitions': self.K, **({'state-dir': str(self.state_dir)} if self.state_dir else {})}
+        self.ctx[self.next_id] = Context(run_id=0, node_id=self.next_id, node_config=nc, state=RecordDict(), run_config={})
+        self.next_id += 1
+
+    def kill(self, k: int):
+        "Client k's node goes away (it no longer appears in `get_node_ids`)."
+        self.ctx = {i: c for i, c in self.ctx.items() if c.node_config['partition-id'] != k}
+
+    def get_node_ids(self): return list(self.ctx)
+
+    def send_and_receive(self, messages, *, timeout=None):
+        "Each message handled by its node's handler in turn; a handler's exception is an error reply, a reply `lose(k, msg)` drops is never seen."
+        from flwr.app import Error, Message
+        handlers = {'train': client_train, 'train.finish': client_finish, 'evaluate': client_evaluate, 'query': client_query}
+        out = []
+        for m in messages:
+            if (ctx := self.ctx.get(m.metadata.dst_node_id)) is None: continue
+            k = ctx.node_config['partition-id']
+            try: r = handlers[m.metadata.message_type](m, ctx)
+            except Exception as e: r = Message(Error(code=0, reason=f'{type(e).__name__}: {e}'), reply_to=m)
+            if not self.lose(k, m): out.append(r)
+        return out
 
 # %% ../nbs/16_flower.ipynb #33f7bdcd
 def _quiet_flower():
@@ -289,7 +499,7 @@ def _quiet_flower():
 
 def _start_ray(workers: int, gpus: float, tries: int = 5):
     "Start Ray for the simulation, retrying (a busy machine can miss Ray's fixed 30 s raylet start-up wait); Flower then uses it and shuts it down."
-    import sys, ray
+    import ray
     if ray.is_initialized(): return
     path = os.pathsep.join(sys.path + ([os.environ['PYTHONPATH']] if os.environ.get('PYTHONPATH') else []))
     os.environ['PYTHONPATH'] = path                                 # the actors import fedloge_nb from where this process does
@@ -302,14 +512,17 @@ def _start_ray(workers: int, gpus: float, tries: int = 5):
         except Exception as e: last = e; ray.shutdown()
     raise FlowerError(f"Ray did not start in {tries} tries ({last}): the machine is overloaded; try again later, or use --backend local")
 
-def run_flower(cfg, fed=None, out=None, workers: int = 2, progress: bool = True, timeout: float | None = 600.0):
+# %% ../nbs/16_flower.ipynb #8700bd9b
+def run_flower(cfg, fed=None, out=None, workers: int = 2, progress: bool = True, timeout: float | None = 600.0,
+               resume: bool = False, min_clients: float = 1):
     "Run `cfg` on Flower's simulation engine (Ray backend, `workers` actors, one virtual SuperNode per client); returns the summary (a list of configs: one Ray start, a list of summaries)."
     if int(workers) < 1: raise ValueError(f"--flower_workers {workers}: need at least 1 Ray actor")
     many = isinstance(cfg, (list, tuple))
     cfgs, outs = (list(cfg), list(out or [None] * len(cfg))) if many else ([cfg], [out])
     if len({c.clients for c in cfgs}) != 1: raise ValueError("configs run in one simulation must have the same number of clients")
     for c in cfgs: check_device(c.device)
-    strategies = [EngineStrategy(c, fed, o, progress, timeout) for c, o in zip(cfgs, outs)]
+    strategies = [EngineStrategy(c, fed, o, progress, timeout, resume=resume, min_clients=min_clients,
+                                 state_dir=None if o is None else Path(o).absolute()/'client_state') for c, o in zip(cfgs, outs)]
     cfg = cfgs[0]
     _quiet_flower()
     from flwr.serverapp import ServerApp
@@ -332,20 +545,288 @@ def run_flower(cfg, fed=None, out=None, workers: int = 2, progress: bool = True,
     if 'summary' not in box: raise FlowerError("the Flower simulation ended without a result (see the log above)")
     return box['summary'] if many else box['summary'][0]
 
+# %% ../nbs/16_flower.ipynb #4efc5508
+def _report_error(rc, out, e: BaseException):
+    "Write `error.txt` (one line) where the deployment command looks for it: OUT and the deployment's own folder (a full OUT disk still reports)."
+    from fedloge_nb.federated import atomic_write
+    for d in (out, rc.get('status') or None):
+        if d is None: continue
+        try: Path(d).mkdir(parents=True, exist_ok=True); atomic_write(Path(d)/'error.txt', f"{type(e).__name__}: {e}\n")
+        except OSError: pass
+
 def _deploy_server_main(grid, context):
-    "ServerApp main of a deployment (`flwr run`): the run config holds `config` (JSON of the FedConfig), `out` and `timeout`."
+    "ServerApp main of a deployment (`flwr run`): the run config holds `config` (JSON of the FedConfig), `out`, `timeout`, `resume`, `min-clients`."
     rc = context.run_config
     out = rc.get('out') or None
     try:
         cfg = FedConfig(**json.loads(rc['config']))
-        EngineStrategy(cfg, out=out, progress=False, timeout=float(rc.get('timeout', 600))).start(grid)
-    except BaseException as e:                                     # the deployment script reads OUT/error.txt
-        if out is not None:
-            from fedloge_nb.federated import atomic_write
-            Path(out).mkdir(parents=True, exist_ok=True); atomic_write(Path(out)/'error.txt', f"{type(e).__name__}: {e}\n")
-        raise
+        EngineStrategy(cfg, out=out, progress=False, timeout=float(rc.get('timeout', 600)), resume=bool(rc.get('resume', False)),
+                       min_clients=float(rc.get('min-clients', 1))).start(grid)
+    except BaseException as e:                                     # the deployment command reads error.txt
+        _report_error(rc, out, e); raise
 
 def make_server_app():
     "The Flower `ServerApp` that `flwr run` starts: an `EngineStrategy` for the run config's `config`."
     from flwr.serverapp import ServerApp
     app = ServerApp(); app.main()(_deploy_server_main); return app
+
+# %% ../nbs/16_flower.ipynb #9ddd6ef0
+def _spawn(cmd, log, env):
+    "A process in its own session (so its children - flwr-serverapp / flwr-clientapp - are stopped with it)."
+    import subprocess
+    return subprocess.Popen([str(c) for c in cmd], stdout=open(log, 'w'), stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+def tagged_processes(home) -> list[int]:
+    "Live processes started by the deployment of FLWR_HOME `home`: their environment carries it (Flower's own subprocesses start new sessions)."
+    tag, out = f'FLWR_HOME={home}'.encode() + b'\0', []
+    for d in Path('/proc').iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid(): continue
+        try:
+            if tag in (d/'environ').read_bytes() and (d/'stat').read_text().rsplit(')', 1)[1].split()[0] != 'Z': out.append(int(d.name))
+        except OSError: pass
+    return out
+
+# %% ../nbs/16_flower.ipynb #f183cdf5
+def _stop_all(procs, home):
+    "SIGTERM every process group we started and every process carrying our FLWR_HOME; SIGKILL what is left after 10 s."
+    import signal
+    def signal_all(sig):
+        for p in procs:
+            if p.poll() is None:
+                try: os.killpg(p.pid, sig)
+                except ProcessLookupError: pass
+        for pid in tagged_processes(home):
+            try: os.kill(pid, sig)
+            except ProcessLookupError: pass
+    signal_all(signal.SIGTERM)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 10 and (any(p.poll() is None for p in procs) or tagged_processes(home)): time.sleep(0.2)
+    signal_all(signal.SIGKILL)
+    for p in procs: p.wait()
+    t0 = time.monotonic()
+    while tagged_processes(home) and time.monotonic() - t0 < 5: time.sleep(0.2)
+
+def _wait_port(port: int, proc, what: str, limit: float = 90.0):
+    "Wait until 127.0.0.1:port accepts connections (FlowerError when `proc` exits first or after `limit` s)."
+    import socket
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < limit:
+        if proc.poll() is not None: raise FlowerError(f"{what} exited with code {proc.returncode} before listening on port {port}")
+        with socket.socket() as s:
+            s.settimeout(1)
+            if s.connect_ex(('127.0.0.1', port)) == 0: return
+        time.sleep(0.5)
+    raise FlowerError(f"{what} is not listening on port {port} after {limit:.0f} s")
+
+# %% ../nbs/16_flower.ipynb #779c9b12
+APP_FILES = {
+'pyproject.toml': '''# The Flower App of fedloge_nb: `flwr run <this folder> <connection>` (`fedloge_nb deploy` does it all on one machine).
+# It holds no method code: the components come from fedloge_nb.flower, installed in the environment.
+[build-system]
+requires = ["hatchling"]
+build-backend = "hatchling.build"
+
+[project]
+name = "fedloge-flower"
+version = "0.1.0"
+description = "fedloge_nb's federated methods (FedLoGe and baselines) as a Flower App"
+license = "Apache-2.0"
+dependencies = ["flwr[simulation]==1.41.0"]
+
+[tool.hatch.build.targets.wheel]
+packages = ["."]
+
+[tool.flwr.app]
+publisher = "fedloge-nb"
+
+[tool.flwr.app.components]
+serverapp = "fedloge_flower.apps:server_app"
+clientapp = "fedloge_flower.apps:client_app"
+
+[tool.flwr.app.config]
+config = "{}"        # JSON of a fedloge_nb FedConfig (one SuperNode per client, --node-config partition-id=k)
+out = ""             # folder for config.json, history.csv, checkpoint.pt, summary.json (written by the ServerApp)
+timeout = 600.0      # seconds to wait for the clients' replies in each exchange
+resume = false       # continue from OUT/checkpoint.pt
+min-clients = 1.0    # fewest clients that must answer an exchange (a count, or a fraction in (0, 1) of those asked)
+status = ""          # a second folder for error.txt (the deployment's own, when OUT cannot be written)
+''',
+'fedloge_flower/__init__.py': '',
+'fedloge_flower/apps.py': '''"The Flower components of fedloge_nb: built from the package's Algorithm hooks (fedloge_nb.flower), nothing method-specific here."
+from fedloge_nb.flower import make_client_app, make_server_app
+
+server_app = make_server_app()
+client_app = make_client_app()
+'''}
+
+def write_app(folder) -> Path:
+    "Write the Flower App (`APP_FILES`: pyproject.toml with `[tool.flwr.app]`, two-line components) into `folder`, for `flwr run`."
+    folder = Path(folder)
+    for name, text in APP_FILES.items(): (folder/name).parent.mkdir(parents=True, exist_ok=True); (folder/name).write_text(text)
+    return folder
+
+# %% ../nbs/16_flower.ipynb #18594953
+def make_certificates(folder) -> dict:
+    "A throw-away CA and a server certificate for 127.0.0.1/localhost signed by it (PEM files in `folder`): {'ca', 'cert', 'key'}."
+    import datetime, ipaddress
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+    folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
+    now, name = datetime.datetime.now(datetime.timezone.utc), lambda cn: x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+    def cert(subject, key, issuer, ikey, ca: bool):
+        b = (x509.CertificateBuilder().subject_name(name(subject)).issuer_name(name(issuer)).public_key(key.public_key())
+             .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+             .not_valid_after(now + datetime.timedelta(days=7)).add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        if not ca: b = b.add_extension(x509.SubjectAlternativeName([x509.DNSName('localhost'), x509.IPAddress(ipaddress.ip_address('127.0.0.1'))]), critical=False)
+        return b.sign(ikey, hashes.SHA256())
+    ca_key, key = ec.generate_private_key(ec.SECP384R1()), ec.generate_private_key(ec.SECP384R1())
+    ca = cert('fedloge_nb deployment CA', ca_key, 'fedloge_nb deployment CA', ca_key, True)
+    files = {'ca': folder/'ca.crt', 'cert': folder/'server.pem', 'key': folder/'server.key'}
+    files['ca'].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    files['cert'].write_bytes(cert('127.0.0.1', key, 'fedloge_nb deployment CA', ca_key, False).public_bytes(serialization.Encoding.PEM))
+    files['key'].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    files['key'].chmod(0o600)
+    return files
+
+def make_node_key(folder, name: str) -> tuple[Path, Path]:
+    "A SuperNode's authentication key pair (ECDSA P-384, OpenSSH format, as `ssh-keygen -t ecdsa -b 384` makes): (private, public)."
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
+    k = ec.generate_private_key(ec.SECP384R1())
+    priv, pub = folder/name, folder/f'{name}.pub'
+    priv.write_bytes(k.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption())); priv.chmod(0o600)
+    pub.write_bytes(k.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH) + b'\n')
+    return priv, pub
+
+# %% ../nbs/16_flower.ipynb #2e455a09
+class Deployment:
+    "A SuperLink and one SuperNode per client on 127.0.0.1, processes of this one: TLS and SuperNode authentication unless `insecure`."
+    def __init__(self, clients: int, port: int, logs, state_dir=None, insecure: bool = False):
+        import tempfile
+        self.K, self.port, self.logs, self.state_dir, self.insecure = clients, int(port), Path(logs), state_dir, insecure
+        self.home = Path(tempfile.mkdtemp(prefix='flwr_home_'))     # the flwr CLI's config, not the user's ~/.flwr
+        self.link, self.procs, self.nodes = f'127.0.0.1:{self.port}', [], {}
+        self.logs.mkdir(parents=True, exist_ok=True)
+        import fedloge_nb
+        bin_, root = Path(sys.executable).parent, str(Path(fedloge_nb.__file__).resolve().parent.parent)
+        self.bin = bin_
+        self.env = {**os.environ, 'PATH': f"{bin_}{os.pathsep}{os.environ.get('PATH', '')}", 'FLWR_HOME': str(self.home), 'FLWR_TELEMETRY_ENABLED': '0',
+                    'PYTHONPATH': os.pathsep.join([root] + [x for x in os.environ.get('PYTHONPATH', '').split(os.pathsep) if x])}
+        self.certs = None if insecure else make_certificates(self.home/'certs')
+        tls = 'insecure = true' if insecure else f'root-certificates = "{self.certs["ca"]}"'
+        (self.home/'config.toml').write_text(f'[superlink]\ndefault = "deploy"\n\n[superlink.deploy]\naddress = "{self.link}"\n{tls}\n')
+
+    def flwr(self, *args, timeout: float = 120):
+        "Run the `flwr` CLI against this SuperLink: (exit code, output)."
+        import subprocess
+        r = subprocess.run([str(self.bin/'flwr'), *map(str, args)], env=self.env, capture_output=True, text=True, timeout=timeout)
+        return r.returncode, r.stdout + r.stderr
+
+    def start_superlink(self):
+        "The SuperLink (Fleet, Control and Runtime APIs on one port), with TLS and `--enable-supernode-auth` unless insecure."
+        sec = ['--insecure'] if self.insecure else ['--ssl-ca-certfile', self.certs['ca'], '--ssl-certfile', self.certs['cert'],
+                                                    '--ssl-keyfile', self.certs['key'], '--enable-supernode-auth']
+        self.procs.append(_spawn([self.bin/'flower-superlink', *sec, '--disable-runtime-dependency-installation', '--host', '127.0.0.1',
+                                  '--port', self.port, '--database', self.home/'state.db'], self.logs/'superlink.log', self.env))
+        try: _wait_port(self.port, self.procs[0], 'the SuperLink')
+        except FlowerError as e: raise FlowerError(f"{e}; see {self.logs}/superlink.log") from None
+
+# %% ../nbs/16_flower.ipynb #f8b9c600
+@patch
+def start_supernode(self: Deployment, k: int, register: bool = True, port: int | None = None):
+    "The SuperNode of client k (`partition-id=k`, its state folder); its key is registered with the SuperLink first (`register=False`: a stranger)."
+    sec = ['--insecure']
+    if not self.insecure:
+        priv, pub = make_node_key(self.home/'keys', f'node_{k}_{len(self.procs)}')
+        if register:
+            code, text = self.flwr('supernode', 'register', pub, 'deploy')
+            if code != 0: raise FlowerError(f"registering the key of SuperNode {k} failed: {text.strip().splitlines()[-1:]}")
+        sec = ['--root-certificates', self.certs['ca'], '--auth-supernode-private-key', priv, '--max-retries', '5']
+    nc = f'partition-id={k} num-partitions={self.K}' + (f' state-dir="{self.state_dir}"' if self.state_dir else '')
+    p = _spawn([self.bin/'flower-supernode', *sec, '--superlink', self.link, '--port', port or self.port + 10 + k, '--node-config', nc],
+               self.logs/f'supernode_{k}.log', self.env)
+    self.procs.append(p); self.nodes[k] = p
+    return p
+
+@patch
+def stop(self: Deployment):
+    "Stop every process of this deployment (process groups and everything carrying its FLWR_HOME) and delete its folder."
+    import shutil
+    _stop_all(self.procs, self.home); shutil.rmtree(self.home, ignore_errors=True)
+
+# %% ../nbs/16_flower.ipynb #d709ab4e
+def run_deployment(cfg: FedConfig, out, port: int = 19090, timeout: float = 600.0, job_timeout: float = 1800.0, resume: bool = False,
+                   min_clients: float = 1, insecure: bool = False, keep_logs: bool = False, started=None) -> dict:
+    "Run `cfg` on a `Deployment` on this machine (`flwr run` of the app `write_app` makes); the summary, or a `FlowerError` with the job's error."
+    out = Path(out).absolute(); out.mkdir(parents=True, exist_ok=True)
+    for f in ('summary.json', 'error.txt'): (out/f).unlink(missing_ok=True)   # a resume writes the summary again
+    logs = out/'flower_logs'
+    dep = Deployment(cfg.clients, port, logs, out/'client_state', insecure)
+    try:
+        dep.start_superlink()
+        for k in range(cfg.clients): dep.start_supernode(k)
+        print(f"fedloge_nb deploy: SuperLink {dep.link} + {cfg.clients} SuperNodes (pids {[p.pid for p in dep.procs]}); "
+              f"{'INSECURE' if insecure else 'TLS, authenticated SuperNodes'}; logs in {logs}; FLWR_HOME={dep.home}", flush=True)
+        if started is not None: started(dep)
+        for k, p in dep.nodes.items():
+            try: _wait_port(port + 10 + k, p, f'SuperNode {k}')
+            except FlowerError as e: raise FlowerError(f"{e}; see {logs}/supernode_{k}.log") from None
+        rc = dep.home/'run_config.toml'
+        rc.write_text(f'config = {json.dumps(json.dumps(dataclasses.asdict(cfg)))}\nout = {json.dumps(str(out))}\ntimeout = {float(timeout)}\n'
+                      f'resume = {str(bool(resume)).lower()}\nmin-clients = {float(min_clients)}\nstatus = {json.dumps(str(dep.home))}\n')
+        code, text = dep.flwr('run', write_app(dep.home/'app'), 'deploy', '--run-config', rc)
+        (logs/'flwr_run.log').write_text(text)
+        if code != 0: raise FlowerError(f"flwr run failed ({code}): {' '.join(text.split())[-400:]}")
+        t0, done = time.monotonic(), out/'summary.json'
+        while time.monotonic() - t0 < job_timeout:
+            if done.exists(): return json.loads(done.read_text())
+            for e in (out/'error.txt', dep.home/'error.txt'):
+                if e.exists(): raise FlowerError(f"the job failed: {e.read_text().strip()}")
+            if dep.procs[0].poll() is not None: raise FlowerError(f"the SuperLink (pid {dep.procs[0].pid}) exited; see {logs}/superlink.log")
+            time.sleep(1)
+        raise FlowerError(f"no result within job_timeout {job_timeout} s; see {logs}")
+    except BaseException:
+        keep_logs = True; raise
+    finally:
+        dep.stop()
+        if not keep_logs:
+            import shutil; shutil.rmtree(logs, ignore_errors=True)
+
+# %% ../nbs/16_flower.ipynb #6e6fb60f
+from fastcore.script import call_parse, bool_arg
+from .cli import COMMANDS, config_flags
+
+@call_parse
+@config_flags()
+def deploy(hp: str = '',                  # method hyperparameters, e.g. 'beta=0.6,gamma=0.1'
+           out: str = 'runs/deploy',      # output folder (config.json, history.csv, checkpoint.pt, summary.json; client_state/)
+           resume: bool_arg = False,      # continue from OUT/checkpoint.pt (the clients reload their states from OUT/client_state)
+           overwrite: bool_arg = False,   # replace the run already in OUT
+           port: int = 19090,             # SuperLink port (SuperNode k: port+10+k)
+           timeout: float = 600.0,        # seconds the ServerApp waits for the clients' replies in one exchange
+           job_timeout: float = 1800.0,   # seconds for the whole job
+           min_clients: float = 1.0,      # fewest clients that must answer an exchange (a count, or a fraction of those asked)
+           insecure: bool_arg = False,    # no TLS and no SuperNode authentication (a trusted machine only)
+           keep_logs: bool_arg = False,   # keep OUT/flower_logs after success
+           **config) -> dict:             # every other flag: a `FedConfig` field
+    "Run one method as a Flower deployment on this machine: a SuperLink and one SuperNode per client on 127.0.0.1, TLS and authenticated SuperNodes."
+    from fedloge_nb.cli import _config, _check_names, parse_hp
+    from fedloge_nb.federated import check_run, check_out, run_lock, clear_run, check_history
+    cfg = _config(deploy, config, hp=parse_hp(hp))
+    _check_names(cfg.method, cfg.dataset, cfg.model); cfg.validate()
+    check_min_clients(min_clients); check_run(cfg); check_out(out, cfg, resume=resume, overwrite=overwrite)
+    if insecure: print("fedloge_nb deploy: warning: --insecure: no TLS and no SuperNode authentication; use it on a trusted machine only", file=sys.stderr)
+    with run_lock(out):
+        if overwrite:
+            import shutil; clear_run(out); shutil.rmtree(Path(out)/'client_state', ignore_errors=True)
+        if resume and (note := check_history(out)): print(f"fedloge_nb deploy: {note}", file=sys.stderr)
+        try: s = run_deployment(cfg, out, port, timeout, job_timeout, resume, min_clients, insecure, keep_logs)
+        except FlowerError as e: print(f"fedloge_nb deploy: error: {e}", file=sys.stderr); sys.exit(1)
+    print(json.dumps({'method': s['method'], 'out': str(out), 'backend': 'flower-deployment',
+                      **{k: round(s[k], 2) for k in ('gm_acc', 'pm_acc') if s.get(k) is not None}}))
+    return s
+
+COMMANDS['deploy'] = deploy

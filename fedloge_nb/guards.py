@@ -4,19 +4,37 @@
 
 # %% ../nbs/03a_guards.ipynb #1898eec0
 from __future__ import annotations
-import contextlib, csv, io, json, math, os
+import contextlib, csv, errno, io, json, math, os
 from pathlib import Path
 import numpy as np
 import torch
 from .datasets import atomic_write  # the one atomic file write (cache, results, checkpoints)
 
 # %% auto #0
-__all__ = ['RUN_FILES', 'save_json', 'save_csv', 'save_png', 'save_checkpoint', 'load_checkpoint', 'DivergenceError',
-           'check_finite', 'check_device', 'lock_holder', 'check_folder', 'check_out', 'clear_run', 'take_lock',
-           'release_lock', 'run_lock', 'check_history']
+__all__ = ['RUN_FILES', 'DiskFullError', 'disk_guard', 'save_json', 'save_csv', 'save_png', 'save_checkpoint', 'load_checkpoint',
+           'DivergenceError', 'check_finite', 'check_device', 'lock_holder', 'check_folder', 'check_out', 'clear_run',
+           'take_lock', 'release_lock', 'run_lock', 'check_history']
+
+# %% ../nbs/03a_guards.ipynb #87bc0200
+class DiskFullError(ValueError):
+    "The disk holding a run's folder is full (or over quota): one line naming the folder; no file is left half-written."
+
+_DISK_FULL = {errno.ENOSPC, getattr(errno, 'EDQUOT', errno.ENOSPC)}
+
+@contextlib.contextmanager
+def disk_guard(path):
+    "Around a write of `path`: an OSError 'no space left' / 'quota exceeded' becomes a `DiskFullError` naming the folder."
+    try: yield
+    except OSError as e:
+        if e.errno not in _DISK_FULL: raise
+        p = Path(path)
+        raise DiskFullError(f"no space left on the disk of {p.parent.absolute()} ({e.strerror or e} while writing {p.name}): "
+                            f"free space there or choose another --out; the files already there are complete") from None
 
 # %% ../nbs/03a_guards.ipynb #6a7c2608
-def save_json(path, obj): atomic_write(path, json.dumps(obj, indent=1, default=_json_default) + '\n')
+def save_json(path, obj):
+    "Write `obj` as indented JSON atomically (numpy scalars, tensors and paths converted)."
+    with disk_guard(path): atomic_write(path, json.dumps(obj, indent=1, default=_json_default) + '\n')
 
 def _json_default(o):
     if isinstance(o, (np.floating, np.integer)): return o.item()
@@ -28,16 +46,18 @@ def save_csv(path, rows: list[dict]):
     "Write a list of flat dicts as CSV atomically (union of keys, in first-seen order)."
     keys = list(dict.fromkeys(k for r in rows for k in r if not isinstance(r[k], (list, dict))))
     buf = io.StringIO(); w = csv.DictWriter(buf, keys, extrasaction='ignore'); w.writeheader(); w.writerows(rows)
-    atomic_write(path, buf.getvalue())
+    with disk_guard(path): atomic_write(path, buf.getvalue())
 
 def save_png(fig, path, dpi: int = 110, bbox_inches=None):
     "Write a matplotlib figure as PNG atomically and close it (`bbox_inches='tight'` crops it)."
     import matplotlib.pyplot as plt
-    buf = io.BytesIO(); fig.savefig(buf, format='png', dpi=dpi, bbox_inches=bbox_inches); atomic_write(path, buf.getvalue()); plt.close(fig)
+    buf = io.BytesIO(); fig.savefig(buf, format='png', dpi=dpi, bbox_inches=bbox_inches); plt.close(fig)
+    with disk_guard(path): atomic_write(path, buf.getvalue())
 
 def save_checkpoint(path, ckpt: dict):
     "torch.save to a temp file, then os.replace."
-    buf = io.BytesIO(); torch.save(ckpt, buf); atomic_write(path, buf.getvalue())
+    buf = io.BytesIO(); torch.save(ckpt, buf)
+    with disk_guard(path): atomic_write(path, buf.getvalue())
 
 def load_checkpoint(path) -> dict:
     "Load a checkpoint written by `save_checkpoint` (weights_only), with a clear error when missing or corrupted."
@@ -146,6 +166,7 @@ def clear_run(out):
     "Delete the files a run writes into `out` (`RUN_FILES`), for an explicit overwrite; other files stay."
     for f in RUN_FILES: (Path(out)/f).unlink(missing_ok=True)
 
+# %% ../nbs/03a_guards.ipynb #6958535f
 def take_lock(p) -> Path | None:
     "Create lock file `p` holding our pid, atomically; None while another live process holds it (a stale lock is taken over)."
     p = Path(p); tmp = p.parent/f'.{p.name}.{os.getpid()}.tmp'
@@ -178,6 +199,7 @@ def run_lock(out):
     try: yield p
     finally: release_lock(p)
 
+# %% ../nbs/03a_guards.ipynb #2205f99b
 def check_history(out) -> str | None:
     "Before a resume: rebuild `OUT/history.csv` from the checkpoint when it is missing, unreadable or disagrees; says what it did."
     out = Path(out); ck = load_checkpoint(out/'checkpoint.pt'); hist, p = ck.get('history', []), out/'history.csv'

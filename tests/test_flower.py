@@ -22,7 +22,7 @@ def test_flower_simulation_equals_local_engine(tmp_path):
     outs = [tmp_path / m for m in METHODS]
     flower = run_flower(cfgs, out=outs, workers=2, progress=False)
     for m, loc, fl, out in zip(METHODS, local, flower, outs):
-        keys = [k for k in loc.summary if k.startswith(('gm_', 'pm_', 'val_')) or k == 'client_acc']
+        keys = [k for k in loc.summary if k.startswith(('gm_', 'pm_', 'val_', 'phi_', 'psi_')) or k == 'client_acc']
         assert len(keys) >= 8 and 'pm_acc' in keys and 'gm_acc' in keys, (m, keys)
         diff = {k: (loc.summary[k], fl.get(k)) for k in keys if not _same(loc.summary[k], fl.get(k))}
         assert not diff, f"{m}: flower differs from the local engine in {diff}"
@@ -30,11 +30,11 @@ def test_flower_simulation_equals_local_engine(tmp_path):
         with open(out / 'history.csv', newline='') as f: rows = list(csv.DictReader(f))
         assert [int(r['round']) for r in rows] == [h['round'] for h in loc.history] == [2, 4]
         assert [float(r['pm_acc']) for r in rows] == [h['pm_acc'] for h in loc.history]
+        assert all(int(r['clients_answered']) == int(r['clients_asked']) == 3 for r in rows)     # frac 0.6 of 5, nobody lost
     assert local[0].summary['pm_acc'] != local[1].summary['pm_acc']      # the methods really differ: equality above is not trivial
 
 
 @pytest.mark.parametrize('args,msg', [(['--backend', 'ray'], "--backend 'ray'"),
-                                      (['--backend', 'flower', '--resume', 'true'], 'not available with --backend flower'),
                                       (['--backend', 'flower', '--flower_workers', '0'], 'at least 1 Ray actor')])
 def test_cli_backend_errors(main_in_process, tmp_path, args, msg):
     code, o, e = main_in_process('run', *TINY, '--out', tmp_path / 'r', *args)
@@ -45,7 +45,7 @@ def test_cli_backend_flower_calls_the_simulation(main_in_process, tmp_path, monk
     "The CLI wiring without Ray: checks run first, then run_flower gets the config, the data, OUT and the worker count."
     import fedloge_nb.flower as fl
     seen = {}
-    def fake(cfg, fed, out=None, workers=2, progress=True):
+    def fake(cfg, fed, out=None, workers=2, progress=True, **kw):
         seen.update(cfg=cfg, clients=len(fed.train_idx), out=out, workers=workers)
         return {'method': cfg.method, 'gm_acc': 12.5, 'pm_acc': 50.0}
     monkeypatch.setattr(fl, 'run_flower', fake)

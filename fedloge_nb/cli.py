@@ -107,7 +107,6 @@ def run(hp: str = '',                    # method hyperparameters, e.g. 'beta=0.
         **config) -> dict:               # every other flag: a `FedConfig` field (`config_flags`)
     "Train one federated method and write OUT/summary.json, history.csv, config.json."
     if backend not in ('local', 'flower'): raise ValueError(f"--backend {backend!r}: use local (default) or flower")
-    if backend == 'flower' and resume: raise ValueError("--resume is not available with --backend flower (no checkpoints): run again without --resume")
     if backend == 'flower' and flower_workers < 1: raise ValueError(f"--flower_workers {flower_workers}: need at least 1 Ray actor")
     cfg = _config(run, config, hp=parse_hp(hp))
     _check_names(cfg.method, cfg.dataset, cfg.model)
@@ -119,7 +118,7 @@ def run(hp: str = '',                    # method hyperparameters, e.g. 'beta=0.
         if resume and (note := check_history(out)): print(f"fedloge_nb run: {note}", file=sys.stderr)
         if backend == 'flower':
             from fedloge_nb.flower import run_flower, FlowerError
-            try: summary = run_flower(cfg, fed, out=out, workers=flower_workers, progress=progress)
+            try: summary = run_flower(cfg, fed, out=out, workers=flower_workers, progress=progress, resume=resume)
             except FlowerError as e: print(f"fedloge_nb run: error: {e}", file=sys.stderr); sys.exit(1)
         else: summary = run_fl(cfg, fed, out=out, resume=resume, progress=progress).summary
     keys = [k for k in ('gm_acc', 'gm_many', 'gm_med', 'gm_few', 'pm_acc', 'pm_acc_weighted') if summary.get(k) is not None]
@@ -241,7 +240,7 @@ def main_job(out: str = 'runs/main', seeds: str = '0', rounds: int = 100, device
                    rounds=rounds, model='cnn', device=device, out=out, progress=progress)
 COMMANDS['main'] = main_job
 
-_COMMAND_MODULES = ['fedloge_nb.sweep']   # modules that add commands to COMMANDS when imported (they import this one)
+_COMMAND_MODULES = ['fedloge_nb.sweep', 'fedloge_nb.flower']   # modules that add commands to COMMANDS when imported (they import this one)
 
 def main(argv=None):
     "Entry point of the `fedloge_nb` console script: `fedloge_nb {run,compare,main,sweep} [--flags]`."

@@ -517,6 +517,7 @@ def run_fl(cfg: FedConfig, fed=None, out=None, resume: bool = False, progress: b
     if resume:
         if out is None: raise ValueError("resume=True needs an out folder")
         ck = load_checkpoint(out/'checkpoint.pt')
+        if 'flower' in ck: raise ValueError(f"{out/'checkpoint.pt'} was written by --backend flower: resume it with --backend flower")
         if ck.get('config') != json.dumps(key, sort_keys=True):
             raise ValueError(f"{out/'checkpoint.pt'} was written by a different config; delete it or use another --out")
         if 'hp' in ck and ck['hp'] != hp_key(algo):

@@ -11,7 +11,7 @@ import torch
 from fastcore.script import anno_parser, store_true
 from .federated import atomic_write
 from .guards import save_png
-from .cli import parse_hp
+from .commands import parse_hp
 from .etf import etf_stats
 from .realign import ga_fr
 from .analysis import analysis_configs, trained_run, features, class_mean_features, degeneration_summary, plot_degeneration, sorted_profiles
@@ -220,6 +220,7 @@ def analysis_header(cfgs: dict, runs: dict, command: str | None = None) -> dict:
                      'test_per_class': torch.bincount(fed.y_test).tolist()},
             'classifier_geometry': {c: etf_stats(r.algo.net.sse_c.weight) for c, r in runs.items()}}
 
+# %% ../nbs/14a_analysis_runs.ipynb #e5e00001
 def make_analysis(cfgs: dict, cache, out, deg_class: int = 0, tsne_per_class: int = 200, ft_epochs: int = 15,
                   ft_lr_small: float = 0.005, progress: bool = False, command: str | None = None, verbose: bool = True) -> dict:
     "Train or reload the two analysis runs and write every figure, CSV and numbers.json of chapters 10-14 to `out`; returns the numbers."

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import numpy as np
 import pandas as pd
-from .aggregate import read_rows, select_best, paired_diff, selected_markdown, _num, _label
+from .aggregate import read_rows, select_best, paired_diff, selected_markdown, num, run_label
 from .guards import save_png
 from .report import sweep_path, cell_summaries, command, not_run, ms
 
@@ -42,10 +42,11 @@ def beats_all(summ: list, rows: list, by: str, metric: str, ref: str = 'fedloge'
     out = []
     for m, r in chosen.items():
         if m == ref: continue
-        d = paired_diff(rows, _label(chosen[ref]), _label(r), metric)
-        out.append((_label(r), d, interval_verdict(d)))
+        d = paired_diff(rows, run_label(chosen[ref]), run_label(r), metric)
+        out.append((run_label(r), d, interval_verdict(d)))
     return out
 
+# %% ../nbs/15b_budget.ipynb #e5b00001
 def fedrod_ce_claim(rows: list) -> str:
     "The paper's weak FedRoD: GM of FedRoD with a plain-CE generic head at or below FedAvg's, and below FedRoD with balanced softmax."
     a = paired_diff(rows, 'fedrod ce', 'fedavg', 'gm_acc'); b = paired_diff(rows, 'fedrod', 'fedrod ce', 'gm_acc')
@@ -110,7 +111,7 @@ def _pretty(label: str) -> str:
 def _staged_diff(rows: list, a: str, b: str, metric: str, stages=(5, 10)):
     "(paired difference, stage) per the rule: seeds below stages[0]; if that interval holds 0, seeds below the next stage."
     for i, k in enumerate(stages):
-        d = paired_diff([r for r in rows if _num(r.get('seed')) is not None and _num(r['seed']) < k], a, b, metric)
+        d = paired_diff([r for r in rows if num(r.get('seed')) is not None and num(r['seed']) < k], a, b, metric)
         if d['n'] < k: return d, f"provisional ({d['n']} of {k} seeds)"
         if i == len(stages) - 1 or d['lo'] > 0 or d['hi'] < 0: return d, f'final at n = {k}'
 
@@ -121,7 +122,7 @@ def forest_table(rows: list, ref: str = 'fedloge', baselines=BASELINES, stages=(
     summ = [r for r in aggregate(rows) if r['n_seeds']]
     out = []
     for by, m, what in select:
-        chosen = {r['method']: _label(r) for r in select_best(summ, by, rows=rows)}
+        chosen = {r['method']: run_label(r) for r in select_best(summ, by, rows=rows)}
         if ref not in chosen: continue
         for b in [b for b in baselines if b in chosen]:
             d, stage = _staged_diff(rows, chosen[ref], chosen[b], m, stages)
@@ -202,7 +203,7 @@ def fedloge_diagnostics(exp: str, sweeps=None, variant: str = '') -> dict | None
     rows = [r for r in read_rows(p) if r['status'] == 'ok' and r['method'] == 'fedloge' and (r.get('variant') or '') == variant] if p.exists() else []
     if not rows: return None
     def mean(k):
-        v = [_num(r.get(k)) for r in rows if _num(r.get(k)) is not None]
+        v = [num(r.get(k)) for r in rows if num(r.get(k)) is not None]
         return float(np.mean(v)) if v else None
     out = {k: mean(k) for k in ('psi_spearman', 'psi_norm_growth', 'phi_spearman', 'psi_norm_min', 'psi_norm_max')}
     out['psi_norm_max/min'] = out['psi_norm_max'] / out['psi_norm_min'] if out['psi_norm_min'] else None
@@ -210,6 +211,7 @@ def fedloge_diagnostics(exp: str, sweeps=None, variant: str = '') -> dict | None
     out['seeds'] = len(rows)
     return out
 
+# %% ../nbs/15b_budget.ipynb #e5b00002
 def plot_psi_norms(exps=BUDGETS, sweeps=None, path=None):
     "psi's final and initial row norms against the global class counts (log), one full-width panel per budget (stacked), every finished FedLoGe gamma=1 seed."
     import matplotlib.pyplot as plt

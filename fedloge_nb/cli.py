@@ -4,97 +4,20 @@
 
 # %% ../nbs/07_cli.ipynb #acddfcf2
 from __future__ import annotations
-import dataclasses, inspect, json, math, re, sys, time, typing
-from pathlib import Path
-import numpy as np
-from fastcore.script import call_parse, anno_parser, Param, bool_arg
-from fastcore.docments import docments
-from .federated import FedConfig, run_fl, get_method, METHODS, _load_methods, save_json, save_csv
-from .federated import DivergenceError, check_device, check_run, check_folder, check_out, run_lock, clear_run, check_history
-from .guards import save_png
+import json, sys
+from fastcore.script import call_parse, anno_parser, bool_arg
+from .federated import run_fl, get_method, DivergenceError, check_run, check_folder, check_out, run_lock, clear_run, check_history
+from .commands import (COMMANDS, COMMAND_MODULES, register_command, load_commands, parse_hp, parse_list, hp_for,
+                                 config_flags, command_config, check_names)
+from .sweep import compare_spec, expand, cell_state, run_grid
+from .aggregate import summary_markdown
+_config, _check_names = command_config, check_names   # the earlier names, still imported by the flower module
 
 # %% auto #0
-__all__ = ['METHOD_FAMILIES', 'COMMANDS', 'parse_hp', 'parse_list', 'hp_for', 'config_flags', 'run', 'fmt_mean_std', 'fmt_values',
-           'compare', 'method_styles', 'plot_curves', 'main_job', 'main']
-
-# %% ../nbs/07_cli.ipynb #840ce9a4
-def parse_hp(s: str | None) -> dict:
-    "Parse 'k=v,k2=[a,b]' into a dict (JSON values where they parse; commas inside [...] belong to a list)."
-    out = {}
-    for part in re.split(r',(?![^\[]*\])', s or ''):
-        if not part.strip(): continue
-        if '=' not in part: raise ValueError(f"bad --hp entry {part!r}: write key=value, e.g. --hp 'beta=0.6,gamma=0.1'")
-        k, v = (t.strip() for t in part.split('=', 1))
-        try: out[k] = json.loads(v)
-        except json.JSONDecodeError: out[k] = v
-    return out
-
-def parse_list(s, flag: str, kind=str, example: str = 'a,b') -> list:
-    "Split the comma-separated value of `--flag`; an empty, duplicated or mistyped entry raises a ValueError naming the flag and the form."
-    form, what = f"--{flag} {example}", 'integers' if kind is int else 'names'
-    s = '' if s is None else str(s)
-    if not s.strip(): raise ValueError(f"--{flag} is empty: give comma-separated {what}, e.g. {form}")
-    parts = [p.strip() for p in s.split(',')]
-    if '' in parts: raise ValueError(f"--{flag} {s!r} has an empty entry: write comma-separated {what} without extra commas, e.g. {form}")
-    vals = []
-    for p in parts:
-        try: vals.append(kind(p))
-        except ValueError: raise ValueError(f"--{flag} {s!r}: {p!r} is not {'an integer' if kind is int else 'valid'}; "
-                                            f"write comma-separated {what}, e.g. {form}") from None
-    dup = next((v for i, v in enumerate(vals) if v in vals[:i]), None)
-    if dup is not None: raise ValueError(f"--{flag} {s!r} lists {dup!r} twice: give each entry once, e.g. {form}")
-    return vals
-
-def hp_for(method: str, hp: dict, strict: bool = True) -> dict:
-    "The hyperparameters of `hp` that apply to `method`."
-    known = get_method(method).defaults
-    out = {k.split('.', 1)[1]: v for k, v in hp.items() if k.startswith(method + '.')}
-    for k, v in hp.items():
-        if '.' in k: continue
-        if k in known or strict: out.setdefault(k, v)
-    return out
+__all__ = ['run', 'compare', 'main_job', 'main']
 
 # %% ../nbs/07_cli.ipynb #9473c942
-class _Flag(Param):
-    "A fastcore `Param` that can build a parser more than once (`Param.set_default` appends the default to the help)."
-    def set_default(self, d):
-        self.help = self._help = getattr(self, '_help', self.help)
-        super().set_default(d)
-
-def config_flags(exclude=(), lead: int = 0):
-    "Decorator: command `fn(..., **config)` gets one flag per `FedConfig` field, with the field's default, type and comment (as help)."
-    def deco(fn):
-        own = inspect.signature(fn, eval_str=True).parameters
-        mine = [p for p in own.values() if p.kind != p.VAR_KEYWORD]
-        hints, docs = typing.get_type_hints(FedConfig), docments(FedConfig)
-        ps = mine[:lead]
-        for f in dataclasses.fields(FedConfig):
-            if f.name in exclude: continue
-            if f.name in own: ps.append(own[f.name]); continue            # the command's own form of a field (--hp is a string)
-            t = next((a for a in typing.get_args(hints[f.name]) if a is not type(None)), hints[f.name])   # int | None -> int
-            ps.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
-                                        annotation=_Flag(docs.get(f.name) or '', t)))
-        ps += [p for p in mine[lead:] if p not in ps]
-        fn.__signature__ = inspect.Signature([p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in ps],
-                                             return_annotation=inspect.signature(fn).return_annotation)
-        return fn
-    return deco
-
-def _config(fn, config: dict, **kw) -> FedConfig:
-    "The `FedConfig` of a call of command `fn`: its config flags (a name it does not take is a TypeError) plus `kw`."
-    bad = sorted(set(config) - set(inspect.signature(fn).parameters))
-    if bad: raise TypeError(f"{fn.__name__}() got unexpected keyword arguments {bad}")
-    return FedConfig(**config, **kw)
-
-def _check_names(method=None, dataset=None, model=None):
-    if method is not None: get_method(method)
-    if dataset is not None:
-        from fedloge_nb.data import DATASETS
-        if dataset not in DATASETS: raise ValueError(f"unknown dataset {dataset!r}; known datasets: {', '.join(DATASETS)}")
-    if model is not None:
-        from fedloge_nb.models import MODELS
-        if model not in MODELS: raise ValueError(f"unknown model {model!r}; known models: {', '.join(MODELS)}")
-
+@register_command
 @call_parse
 @config_flags()
 def run(hp: str = '',                    # method hyperparameters, e.g. 'beta=0.6,gamma=0.1'
@@ -108,8 +31,8 @@ def run(hp: str = '',                    # method hyperparameters, e.g. 'beta=0.
     "Train one federated method and write OUT/summary.json, history.csv, config.json."
     if backend not in ('local', 'flower'): raise ValueError(f"--backend {backend!r}: use local (default) or flower")
     if backend == 'flower' and flower_workers < 1: raise ValueError(f"--flower_workers {flower_workers}: need at least 1 Ray actor")
-    cfg = _config(run, config, hp=parse_hp(hp))
-    _check_names(cfg.method, cfg.dataset, cfg.model)
+    cfg = command_config(run, config, hp=parse_hp(hp))
+    check_names(cfg.method, cfg.dataset, cfg.model)
     cfg.validate()
     fed = check_run(cfg)                                  # device, data, hyperparameter values: before anything is written
     check_out(out, cfg, resume=resume, overwrite=overwrite)
@@ -126,28 +49,7 @@ def run(hp: str = '',                    # method hyperparameters, e.g. 'beta=0.
     return summary
 
 # %% ../nbs/07_cli.ipynb #12fa6671
-def fmt_mean_std(mean, std, digits: int = 2) -> str:
-    "'mean ± std' (or 'mean' for one seed, 'n/a' when missing): the one formatter of every table."
-    def num(v):
-        try: v = float(v)
-        except (TypeError, ValueError): return None
-        return None if math.isnan(v) else v
-    mean, std = num(mean), num(std)
-    if mean is None: return 'n/a'
-    return f"{mean:.{digits}f}" if std is None else f"{mean:.{digits}f} ± {std:.{digits}f}"
-
-def fmt_values(vals, digits: int = 2) -> str:
-    "mean ± std (ddof 1) of the non-missing values, via `fmt_mean_std`."
-    vals = [float(v) for v in vals if v is not None and not (isinstance(v, float) and math.isnan(v))]
-    if not vals: return 'n/a'
-    return fmt_mean_std(np.mean(vals), np.std(vals, ddof=1) if len(vals) > 1 else None, digits)
-
-def _read_history(path) -> list:
-    import csv
-    if not Path(path).exists(): return []
-    with open(path) as f:
-        return [{k: (float(v) if v not in ('', None) else None) for k, v in r.items()} for r in csv.DictReader(f)]
-
+@register_command
 @call_parse
 @config_flags(exclude=('method', 'seed'), lead=2)
 def compare(methods: str = 'fedavg,fedloge',   # comma-separated methods
@@ -158,13 +60,11 @@ def compare(methods: str = 'fedavg,fedloge',   # comma-separated methods
             retry_failed: bool_arg = False,   # run again the runs that failed with this same config
             **config) -> str:                 # every other flag: a `FedConfig` field (`config_flags`)
     "Run methods x seeds on the same federated data as a grid of the sweep runner (resumable); print and save the mean ± std table."
-    from fedloge_nb.sweep import compare_spec, expand, cell_state, run_grid
-    from fedloge_nb.aggregate import summary_markdown
-    base = _config(compare, config)
+    base = command_config(compare, config)
     ms = parse_list(methods, 'methods', example='fedavg,fedloge')
     sd = parse_list(seeds, 'seeds', int, example='0,1,2')
-    for m in ms: _check_names(m)
-    _check_names(None, base.dataset, base.model)
+    for m in ms: check_names(m)
+    check_names(None, base.dataset, base.model)
     hpd = parse_hp(hp)
     unknown = [k for k in hpd if '.' not in k and not any(k in get_method(m).defaults for m in ms)]
     if unknown: raise ValueError(f"no method in {ms} takes hyperparameters {unknown}")
@@ -182,73 +82,16 @@ def compare(methods: str = 'fedavg,fedloge',   # comma-separated methods
                                 f"{out}/<cell>/error.txt; fix it and rerun with --retry_failed true")
     return table
 
-# %% ../nbs/07_cli.ipynb #d9e5566f
-METHOD_FAMILIES = {'Reds': ('fedloge',), 'Blues': ('fedavg', 'fedprox', 'fedbn', 'ratio_loss', 'fedavg_ft'),
-                   'Greens': ('fedper', 'fedrep', 'lg_fedavg', 'ditto', 'fedbabu'), 'Purples': ('fedrod', 'ecl', 'lws', 'tau_norm'),
-                   'Oranges': ('fedetf',), 'Greys': ()}
-
-def method_styles(labels) -> dict:
-    "{label: dict(color, ls)}: a hue per method family (`METHOD_FAMILIES`; 'method variant' labels follow their method), shades and line styles within it."
-    import matplotlib, re
-    fam = {l: next((f for f, ms in METHOD_FAMILIES.items() if l.split(' ')[0] in ms), 'Greys') for l in labels}
-    hues = list(METHOD_FAMILIES)
-    if len(set(fam.values())) == 1 and len(labels) > 4:          # one method's variants (a hyperparameter sweep): a hue per swept name
-        sub = list(dict.fromkeys(re.match(r'[^\d.]*', l.partition(' ')[2]).group() for l in labels))
-        hues = [next(iter(fam.values()))] + [f for f in METHOD_FAMILIES if f != next(iter(fam.values()))]
-        fam = {l: hues[sub.index(re.match(r'[^\d.]*', l.partition(' ')[2]).group()) % len(hues)] for l in labels}
-    out = {}
-    for f in [h for h in hues if h in fam.values()]:
-        ls_ = [l for l in labels if fam[l] == f]
-        cmap = matplotlib.colormaps[f]
-        for i, l in enumerate(ls_):
-            out[l] = dict(color=cmap(0.9 - 0.4 * i / max(len(ls_) - 1, 1)) if len(ls_) > 1 else cmap(0.75), ls=('-', '--', '-.', ':')[i % 4])
-    return out
-
-def plot_curves(histories: dict, path=None, keys=('gm_acc', 'pm_acc'), title: str = ''):
-    "Accuracy vs round per method: mean over seeds (line) ± one std over seeds (band), one full-width panel per metric, colours by method family."
-    import matplotlib.pyplot as plt
-    names = {'gm_acc': 'GM accuracy (%)', 'pm_acc': 'PM accuracy (%)'}
-    st = method_styles(list(histories))
-    fig, axes = plt.subplots(len(keys), 1, figsize=(7.5, 2.9 * len(keys)), sharex=True, squeeze=False)
-    for ax, key in zip(axes[:, 0], keys):
-        for m, hs in histories.items():                       # a method keeps its colour and line style in every panel
-            hs = [h for h in hs if h and h[0].get(key) is not None]
-            if not hs: continue
-            k = min(len(h) for h in hs); rounds = [r['round'] for r in hs[0][:k]]
-            vals = np.array([[r.get(key, np.nan) for r in h[:k]] for h in hs], dtype=float)
-            mu = np.nanmean(vals, 0)
-            ax.plot(rounds, mu, label=m, lw=1.6, **st[m])
-            if len(hs) > 1:
-                sd = np.nanstd(vals, 0, ddof=1)
-                ax.fill_between(rounds, mu - sd, mu + sd, color=st[m]['color'], alpha=.13, lw=0)
-        ax.set_ylabel(names.get(key, f'{key} (%)')); ax.grid(alpha=.3)
-    axes[-1, 0].set_xlabel('round (line: mean over seeds; band: ± 1 std over seeds)')
-    handles = {l: h for ax in axes[:, 0] for h, l in zip(*ax.get_legend_handles_labels())}   # every method once, by family
-    handles = {l: handles[l] for l in st if l in handles}
-    axes[0, 0].legend(handles.values(), handles.keys(), fontsize=8, loc='upper left', bbox_to_anchor=(1.01, 1.0), frameon=False)
-    if title: axes[0, 0].set_title(title, fontsize=10, loc='left')
-    fig.tight_layout()
-    if path is not None: save_png(fig, path, bbox_inches='tight')
-    return fig
-
 # %% ../nbs/07_cli.ipynb #7fb8796c
-COMMANDS = {'run': run, 'compare': compare}
-
+@register_command(name='main')
 def main_job(out: str = 'runs/main', seeds: str = '0', rounds: int = 100, device: str = 'auto', progress: bool_arg = True):
     "The main job: FedLoGe vs FedAvg on FMNIST-LT (IF=100, alpha=0.5, 20 clients, small CNN)."
     return compare(methods='fedavg,fedloge', seeds=seeds, dataset='fmnist', imb_factor=100, alpha=0.5, clients=20,
                    rounds=rounds, model='cnn', device=device, out=out, progress=progress)
-COMMANDS['main'] = main_job
-
-_COMMAND_MODULES = ['fedloge_nb.sweep', 'fedloge_nb.flower']   # modules that add commands to COMMANDS when imported (they import this one)
 
 def main(argv=None):
-    "Entry point of the `fedloge_nb` console script: `fedloge_nb {run,compare,main,sweep} [--flags]`."
-    import importlib
-    for m in _COMMAND_MODULES:
-        try: importlib.import_module(m)
-        except ModuleNotFoundError as e:
-            if e.name != m: raise
+    "Entry point of the `fedloge_nb` console script: `fedloge_nb COMMAND [--flags]`, COMMAND one of `COMMANDS` (after `load_commands`)."
+    load_commands()
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ('-h', '--help') or argv[0] not in COMMANDS:
         msg = f"usage: fedloge_nb {{{','.join(COMMANDS)}}} [--flags]   (fedloge_nb COMMAND --help for the flags)"

@@ -8,9 +8,8 @@ import json
 from pathlib import Path
 import numpy as np
 import pandas as pd
-from .cli import fmt_mean_std, fmt_values
 from .sweep import load_spec, expand, cell_state, load_histories
-from .aggregate import rounds_to_reach, _num
+from .aggregate import rounds_to_reach, num, fmt_mean_std, fmt_values
 
 # %% auto #0
 __all__ = ['SWEEP_FILES', 'EXPERIMENTS', 'T1_TEXT', 'PAPER_TABLES', 'PAPER_FRACTIONS', 'T3_ROWS', 'T11_VARIANTS',
@@ -98,8 +97,8 @@ def verdict(k: int, n: int) -> str:
 def noisy(a, b, col: str, col_b: str | None = None) -> bool:
     "Is the gap between row a's `col` and row b's `col_b` (default `col`) smaller than the larger of their seed stds?"
     col_b = col_b or col
-    sd = max(_num(a.get(f'{col}_std')) or 0.0, _num(b.get(f'{col_b}_std')) or 0.0)
-    return abs(_num(a[col]) - _num(b[col_b])) < sd
+    sd = max(num(a.get(f'{col}_std')) or 0.0, num(b.get(f'{col_b}_std')) or 0.0)
+    return abs(num(a[col]) - num(b[col_b])) < sd
 
 def best_of(g: pd.DataFrame, col: str, target: str, key='method'):
     "(is `target` best by mean, the winner, the margin of target over the best other, margin within noise) in group g."
@@ -108,7 +107,7 @@ def best_of(g: pd.DataFrame, col: str, target: str, key='method'):
     g = g.sort_values(col, ascending=False)
     t = g[g[key] == target].iloc[0]
     other = g[g[key] != target].iloc[0]
-    return (g.iloc[0][key] == target, g.iloc[0][key], _num(t[col]) - _num(other[col]), noisy(t, other, col))
+    return (g.iloc[0][key] == target, g.iloc[0][key], num(t[col]) - num(other[col]), noisy(t, other, col))
 
 def claim(text: str, checks: list) -> str:
     "One sentence: the claim, the verdict, how many checks (holds, gap within noise or None) hold, how many gaps are noise-sized."
@@ -189,6 +188,7 @@ CIFAR-100-LT FedETF 0.4223 0.6055 0.3825 0.6421 0.4278 0.6302 0.4278 0.6507
 CIFAR-100-LT Ratio_Loss 0.4326 0.6152 0.3912 0.6348 0.4253 0.6213 0.3839 0.6344
 CIFAR-100-LT FedLoGe 0.4762 0.7229 0.4233 0.7285 0.4860 0.7099 0.4330 0.7195'''
 
+# %% ../nbs/15a_report.ipynb #e5a00001
 def _paper_t1() -> pd.DataFrame:
     cols = pd.MultiIndex.from_tuples([(a, i, m) for a in ('alpha=0.5', 'alpha=1') for i in ('IF=50', 'IF=100') for m in ('GM', 'PM')])
     lines = T1_TEXT.splitlines()
@@ -272,8 +272,8 @@ def table3_claims(df: pd.DataFrame) -> list:
     "Sentences for the three conclusions the paper draws from Table 3."
     v = {r['variant']: r for _, r in df.iterrows()}
     def gt(a, ca, b, cb):   # row a col ca > row b col cb
-        if a is None or b is None or _num(a.get(ca)) is None or _num(b.get(cb)) is None: return None
-        return (_num(a[ca]) > _num(b[cb]), noisy(a, b, ca, cb))
+        if a is None or b is None or num(a.get(ca)) is None or num(b.get(cb)) is None: return None
+        return (num(a[ca]) > num(b[cb]), noisy(a, b, ca, cb))
     e, s = v.get('etf'), v.get('sse_c')
     return [claim("SSE-C trains a better backbone than the dense ETF, for GM and PM (with and without realignment)",
                   [gt(s, c, e, c) for c in ('gm_acc_psi', 'pm_acc_phi', 'gm_acc_ga_fr', 'pm_acc_la_fr')]),
@@ -298,7 +298,7 @@ def sensitivity_claims(df: pd.DataFrame) -> list:
         if x not in df or not df[x].notna().any(): return None
         d = df[df[x].notna()]
         return float(d.loc[d['gm_acc'].idxmax(), x])
-    def gt(a, b): return None if a is None or b is None else (_num(a['gm_acc']) > _num(b['gm_acc']), noisy(a, b, 'gm_acc'))
+    def gt(a, b): return None if a is None or b is None else (num(a['gm_acc']) > num(b['gm_acc']), noisy(a, b, 'gm_acc'))
     bg, bb = best('hp.gamma'), best('hp.beta')
     return [claim(f"gamma around 1.0 (0.5-1.5) is best and a small gamma (0.1) is worse than 1.0 (ours: best GM at gamma={bg})",
                   [None if bg is None else (0.5 <= bg <= 1.5, None), gt(at('hp.gamma', 1.0), at('hp.gamma', 0.1))]),
@@ -372,7 +372,7 @@ def ecl_claims(df: pd.DataFrame) -> list:
         g = g[g['pm_acc'].notna()]
         if 'local' in set(g['method']) and len(g) > 1:
             l = g[g['method'] == 'local'].iloc[0]; o = g[g['method'] != 'local'].sort_values('pm_acc').iloc[0]
-            worst.append((_num(l['pm_acc']) < _num(o['pm_acc']), noisy(l, o, 'pm_acc')))
+            worst.append((num(l['pm_acc']) < num(o['pm_acc']), noisy(l, o, 'pm_acc')))
     return [claim("ECL has the best PM at IF=10 and IF=100 (alpha=0.2)", [(b[0], b[3]) for b in best if b]),
             claim("Local training has the worst PM", worst)]
 
@@ -380,7 +380,7 @@ def ecl_claims(df: pd.DataFrame) -> list:
 def cost_ours(df: pd.DataFrame) -> pd.DataFrame:
     "Seconds per training round, the ratio to FedAvg's, and the after-training seconds per method."
     d = df.set_index('method')
-    fa = _num(d.loc['fedavg', 'sec_per_round']) if 'fedavg' in d.index else None
+    fa = num(d.loc['fedavg', 'sec_per_round']) if 'fedavg' in d.index else None
     return pd.DataFrame({'sec/round': d['sec_per_round'].round(3), 'x FedAvg': (d['sec_per_round'] / fa).round(2) if fa else np.nan,
                          'after-training s': d['finish_time_s'].round(1)})
 
@@ -396,7 +396,7 @@ def cost_claims(df: pd.DataFrame) -> list:
     "The Table 5 claims from the sweep's sequential seconds per round."
     d = df.set_index('method')
     if 'fedavg' not in d.index: return [claim("FedLoGe's cost per round is close to FedAvg's", [])]
-    return ratio_claims(lambda m: _num(d.loc[m, 'sec_per_round']) / _num(d.loc['fedavg', 'sec_per_round']) if m in d.index else None, 'ours')
+    return ratio_claims(lambda m: num(d.loc[m, 'sec_per_round']) / num(d.loc['fedavg', 'sec_per_round']) if m in d.index else None, 'ours')
 
 def bench_table(text: str) -> pd.DataFrame:
     "The method table printed by scripts/bench_methods.py: s/round, ratio to FedAvg, per-repeat ratios."

@@ -8,12 +8,13 @@ import dataclasses, io, itertools, json, math, os, re, shutil, sys, time, tomlli
 from dataclasses import dataclass, field
 from pathlib import Path
 import numpy as np
+import pandas as pd
 from fastcore.script import call_parse, bool_arg, store_true
 from .federated import FedConfig, run_fl, get_method, save_json, save_csv, atomic_write, load_checkpoint, last_k_means, check_device, make_algorithm, hp_key
 from .guards import take_lock, release_lock
-from .cli import COMMANDS, hp_for, _check_names, _read_history, plot_curves
-from .aggregate import (METRICS, _is_metric, _label, _save_fig, rounds_to_reach, aggregate,
-                                  summary_markdown, plot_bars, plot_sensitivity, read_rows, selected_markdown)
+from .commands import register_command, hp_for, check_names
+from .aggregate import (METRICS, is_metric, run_label, save_fig, rounds_to_reach, aggregate, summary_markdown, plot_bars,
+                                  plot_sensitivity, plot_curves, read_rows, read_history, selected_markdown)
 
 # %% auto #0
 __all__ = ['FIELDS', 'GRID_ALIASES', 'TOP_KEYS', 'REPORT_DEFAULTS', 'SHORT', 'HP_RENAMED', 'COMPARE_METRICS', 'SweepSpec',
@@ -50,6 +51,7 @@ class SweepSpec:
     def methods(self) -> list:
         return list(self.grid.get('method', [self.base.get('method', 'fedavg')]))
 
+# %% ../nbs/15_sweep.ipynb #f1a0c001
 def _check_hp_keys(where: str, hp: dict, methods: list):
     for k in hp:
         if '.' in k:
@@ -85,8 +87,8 @@ def parse_spec(d: dict, name: str = 'sweep') -> SweepSpec:
     spec.base, spec.grid, spec.overrides = base, grid, overrides
     methods = spec.methods
     for m in methods: get_method(m)
-    for ds in grid.get('dataset', [base.get('dataset', 'fmnist')]): _check_names(None, ds, None)
-    for mo in grid.get('model', [base.get('model', 'cnn')]): _check_names(None, None, mo)
+    for ds in grid.get('dataset', [base.get('dataset', 'fmnist')]): check_names(None, ds, None)
+    for mo in grid.get('model', [base.get('model', 'cnn')]): check_names(None, None, mo)
     for i, o in enumerate(overrides):
         _unknown(f'grid.overrides[{i}]', o, settable + ['hp', 'label'])
         if not isinstance(o.get('hp', {}), dict): raise ValueError(f"grid.overrides[{i}].hp must be a table, e.g. hp = {{gamma = 0.1}}")
@@ -101,6 +103,7 @@ def parse_spec(d: dict, name: str = 'sweep') -> SweepSpec:
     spec.report = {**REPORT_DEFAULTS, **rep}
     return spec
 
+# %% ../nbs/15_sweep.ipynb #e5c00001
 def load_spec(path) -> SweepSpec:
     "Read and check a sweep TOML file (the sweep's name defaults to the file's stem)."
     path = Path(path)
@@ -128,6 +131,7 @@ class Cell:
     variant: str
     cfg: FedConfig
 
+# %% ../nbs/15_sweep.ipynb #e5c00002
 def expand(spec: SweepSpec) -> list:
     "All cells of a sweep (duplicates removed), seeds x settings x overrides x methods."
     fixed = {k: v for k, v in spec.grid.items() if k not in ('method', 'seed')}
@@ -192,6 +196,7 @@ def stale_hp(cell: Cell, summary: dict) -> list:
     out = sorted(k for k in rec.keys() & cur.keys() if rec[k] != cur[k])
     return out + (['revision'] if summary.get('revision', 0) != type(algo).revision else [])
 
+# %% ../nbs/15_sweep.ipynb #e5c00004
 def cell_state(cell: Cell, out) -> str:
     "'done' (summary.json with this config), 'stale' (done, but with other method defaults), 'failed' (error.txt for this config) or 'todo'."
     d = Path(out)/cell.name; key = cell.cfg.key()
@@ -206,6 +211,7 @@ def _read_cfg(s):
     try: return json.loads(s)
     except ValueError: return None
 
+# %% ../nbs/15_sweep.ipynb #f1a0c002
 def run_cell(cell: Cell, out, fed=None, progress: bool = False, keep_checkpoints: bool = False) -> str:
     "Run (or continue) one cell; returns 'ok' or 'failed' (traceback in error.txt). Never raises an Exception."
     d = Path(out)/cell.name; key = cell.cfg.key()
@@ -244,11 +250,11 @@ def cell_row(cell: Cell, out, report: dict = REPORT_DEFAULTS) -> dict:
     if st == 'done':
         s = _read_json(d/'summary.json')
         row['status'] = 'ok'
-        row.update({k: v for k, v in s.items() if _is_metric(k) and not isinstance(v, (list, dict))})
+        row.update({k: v for k, v in s.items() if is_metric(k) and not isinstance(v, (list, dict))})
         if not any(k.endswith('_lastk') for k in s):             # runs made before last-k means existed: from history.csv
-            row.update(last_k_means(_read_history(d/'history.csv'), s, int(report.get('last_k', 3))))
+            row.update(last_k_means(read_history(d/'history.csv'), s, int(report.get('last_k', 3))))
         if report.get('converge_at'):
-            h = _read_history(d/'history.csv'); mt = report.get('converge_metric', 'gm_acc')
+            h = read_history(d/'history.csv'); mt = report.get('converge_metric', 'gm_acc')
             for t in report['converge_at']: row[f'rounds_to_{mt}_{_thr(t)}'] = rounds_to_reach(h, float(t), mt)
     elif st == 'stale':
         row['status'], row['error'] = 'stale', f"made with other defaults of {stale_hp(cell, _read_json(d/'summary.json'))}: the next sweep re-makes it"
@@ -257,31 +263,27 @@ def cell_row(cell: Cell, out, report: dict = REPORT_DEFAULTS) -> dict:
         row['status'], row['error'] = 'failed', (lines[-1][:300] if lines else 'unknown error')
     return row
 
-
 # %% ../nbs/15_sweep.ipynb #3779f1a1
 def _clean(rows): return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in rows]
 
-def load_histories(out, rows: list | None = None, status=('ok',)) -> list:
-    "Every evaluated round of the cells of grid folder `out` whose status is in `status` (rows: `results.csv`'s unless given), with the cell's labels."
+def load_histories(out, rows: list | None = None, status=('ok',)) -> pd.DataFrame:
+    "Every evaluated round of the cells of grid folder `out` whose status is in `status` (rows: `results.csv`'s unless given): a row per (cell, round), with the cell's labels."
     out = Path(out)
     if rows is None:
         if not (out/'results.csv').exists(): raise FileNotFoundError(f"no results.csv in {out}: run the sweep (or compare) there first")
         rows = read_rows(out/'results.csv')
     keep = ('cell', 'group', 'setting', 'method', 'variant', 'seed')
-    return [{**{k: r.get(k) for k in keep}, **h} for r in rows if r.get('status') in status
-            for h in _read_history(out/str(r['cell'])/'history.csv')]
+    return pd.DataFrame([{**{k: r.get(k) for k in keep}, **h} for r in rows if r.get('status') in status
+                         for h in read_history(out/str(r['cell'])/'history.csv')])
 
 def write_plots(spec: SweepSpec, rows: list, summary: list, out):
     "The sweep's PNGs in `out/plots`: learning curves per setting, a dot-and-interval plot per `[report] bars` metric, sensitivity plots."
     out = Path(out)
-    hist = load_histories(out, rows)
     for s in dict.fromkeys(r['setting'] for r in rows):
         hs = {}
         for r in rows:
-            if r['setting'] == s and r['status'] == 'ok':
-                hs.setdefault(_label(r), []).append([h for h in hist if h['cell'] == r['cell']])
-        if hs:
-            fig = plot_curves(hs, keys=tuple(spec.report['curves']), title=f'{spec.name}: {s}'); _save_fig(fig, out/'plots'/f'curves_{s}.png')
+            if r['setting'] == s and r['status'] == 'ok': hs.setdefault(run_label(r), []).append(read_history(out/str(r['cell'])/'history.csv'))
+        if hs: save_fig(plot_curves(hs, keys=tuple(spec.report['curves']), title=f'{spec.name}: {s}'), out/'plots'/f'curves_{s}.png')
     done = [r for r in summary if r['n_seeds']]
     for m in spec.report['bars']: plot_bars(done, m, out/'plots'/f'bars_{m}.png')
     for x in spec.report['sensitivity']:
@@ -309,6 +311,7 @@ def claim_cell(cell: Cell, out) -> Path | None:
     locks = Path(out)/'.locks'; locks.mkdir(parents=True, exist_ok=True)
     return take_lock(locks/f'{cell.name}.lock')
 
+# %% ../nbs/15_sweep.ipynb #e5c00003
 def run_grid(spec: SweepSpec, cells: list, out, config_file: str | None = None, dry_run: bool = False, only: str | None = None,
              max_cells: int | None = None, device: str = 'auto', progress: bool = True, run_progress: bool = False,
              keep_checkpoints: bool = False, plots: bool = True, retry_failed: bool = False) -> list:
@@ -360,6 +363,8 @@ def run_grid(spec: SweepSpec, cells: list, out, config_file: str | None = None, 
     if busy: print(f"{len(busy)} cell(s) skipped, another live process holds their lock (OUT/.locks): {', '.join(busy)}", file=sys.stderr)
     return summary
 
+# %% ../nbs/15_sweep.ipynb #f1a0c003
+@register_command
 @call_parse
 def sweep(config: str,                       # sweep file (.toml), see experiments/
           out: str = None,                   # output folder (default: the file's `out`, else results/sweeps/<name>)
@@ -380,8 +385,6 @@ def sweep(config: str,                       # sweep file (.toml), see experimen
                        keep_checkpoints=keep_checkpoints, plots=plots, retry_failed=retry_failed)
     if not dry_run: print(summary_markdown(summary, spec.report['metrics'], title=spec.name))
     return summary
-
-COMMANDS['sweep'] = sweep
 
 # %% ../nbs/15_sweep.ipynb #0e48014a
 COMPARE_METRICS = ['gm_acc', 'gm_many', 'gm_med', 'gm_few', 'pm_acc', 'pm_acc_weighted']

@@ -11,13 +11,13 @@ from __future__ import annotations
 import json, sys
 from pathlib import Path
 import numpy as np
-from fedloge_nb.cli import fmt_values as fmt, _read_history
+from fedloge_nb.aggregate import fmt_values as fmt, read_history
 
 def main(root):
     runs = {}
     for f in sorted(Path(root).glob('*/summary.json')):
         s = json.loads(f.read_text())
-        runs.setdefault(s['method'], []).append((s, _read_history(f.parent/'history.csv')))
+        runs.setdefault(s['method'], []).append((s, read_history(f.parent/'history.csv')))
     print('| method | metric | value | seeds |\n|---|---|---|---|')
     for meth, rs in runs.items():
         ss = [s for s, _ in rs]

@@ -65,9 +65,9 @@ def test_kill_and_continue(tmp_path, tiny, kill_when, midway):
         assert abs(float(s['gm_acc']) - sum(vals) / 3) < 1e-6 and float(s['gm_acc_std']) >= 0
     assert 'rounds_to_gm_acc_30' in summ[0]
     from fedloge_nb.sweep import load_histories
-    hist = load_histories(out)                                          # the cells' own history.csv, with their labels
+    hist = load_histories(out)                                          # the cells' own history.csv, a row per (cell, round), with the cells' labels
     assert len(hist) == N_CELLS * 3 and not (out / 'histories.csv').exists()   # rounds 2, 4, 6 of every cell
-    assert sorted({(h['method'], h['seed'], h['round']) for h in hist}) == [(m, s, r) for m in ('fedavg', 'fedprox') for s in (0, 1, 2) for r in (2, 4, 6)]
+    assert sorted(set(hist[['method', 'seed', 'round']].itertuples(index=False, name=None))) == [(m, s, r) for m in ('fedavg', 'fedprox') for s in (0, 1, 2) for r in (2, 4, 6)]
     for png in ('bars_gm_acc.png', 'bars_pm_acc.png', 'curves_digits_if10_a0.5.png'): assert (out / 'plots' / png).stat().st_size > 0
     # a killed and continued sweep gives the numbers of an uninterrupted one
     full = tmp_path / 'full'

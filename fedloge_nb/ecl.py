@@ -9,6 +9,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.func import functional_call
+from fastcore.basics import patch
 from .federated import Algorithm, ClientData, register, derive_seed, local_sgd, Plugin, register_plugin
 from .models import CNN, MLP, CifarResNet, ResNet
 from .realign import mask_logits
@@ -97,58 +98,66 @@ class ECLPlugin(Plugin):
         if not 0 <= float(self.hp['lam']) <= 1: raise ValueError(f"lam={self.hp['lam']} must be in [0, 1] (Eq. 6)")
         if self.hp['tail'] not in ('undersample', 'oversample'): raise ValueError(f"tail must be 'undersample' or 'oversample', got {self.hp['tail']!r}")
 
-    def _train(self, model, data, idx, cfg, seed, loss_fn, epochs):
-        sub = ClientData(data.k, data.x[idx.to(data.x.device)], data.y[idx.to(data.y.device)], data.x_test[:0], data.y_test[:0],
-                         data.counts, data.augment)
-        local_sgd(model, sub, cfg, seed, loss_fn, epochs=int(epochs), lr=self.hp['ft_lr'] or cfg.lr)
+# %% ../nbs/09b_ecl.ipynb #19cb1108
+@patch
+def _train(self: ECLPlugin, model, data, idx, cfg, seed, loss_fn, epochs):
+    sub = ClientData(data.k, data.x[idx.to(data.x.device)], data.y[idx.to(data.y.device)], data.x_test[:0], data.y_test[:0],
+                     data.counts, data.augment)
+    local_sgd(model, sub, cfg, seed, loss_fn, epochs=int(epochs), lr=self.hp['ft_lr'] or cfg.lr)
 
-    def phase2(self, data, cfg) -> dict:
-        "Retrained global classifier and experts of one client, as `ecl.*` tensors."
-        C, s, blk = len(data.counts), derive_seed(cfg.seed, 'ecl', data.k), 'backbone.' + last_block(self.net.backbone)
-        groups = ecl_groups(data.counts, self.hp['M'])
-        out = {'ecl.group': group_of(groups, C).to(self.device)}
-        allidx = torch.arange(len(data))
-        g0 = _PartlyTrainable(self.net, ['head'])                                 # Eq. 3: balanced softmax, classifier only
-        self._train(g0, data, allidx, cfg, derive_seed(s, 'retrain'),
-                    lambda m, xb, yb: balanced_softmax_ce(m(xb), yb, data.counts), self.hp['ft_epochs'])
-        out.update({f'ecl.head0.{k}': v for k, v in g0.net.head.state_dict().items()})
-        ce = lambda m, xb, yb: F.cross_entropy(m(xb), yb)
-        for m, cls in enumerate(groups):
-            tail = len(groups) >= 2 and m == len(groups) - 1
-            ex = _PartlyTrainable(self.net, ['head'] if tail else [blk, 'head'])
-            idx = (balanced_subset(data.y, cls, derive_seed(s, 'tail'), self.hp['tail']) if tail
-                   else torch.nonzero(torch.isin(data.y.cpu(), cls)).flatten())
-            self._train(ex, data, idx, cfg, derive_seed(s, 'expert', m), ce, self.hp['expert_epochs'])  # Eq. 4
-            out.update({f'ecl.e{m}.{k}': v for k, v in ex.trained_state().items()})
-        return out
+@patch
+def phase2(self: ECLPlugin, data, cfg) -> dict:
+    "Retrained global classifier and experts of one client, as `ecl.*` tensors."
+    C, s, blk = len(data.counts), derive_seed(cfg.seed, 'ecl', data.k), 'backbone.' + last_block(self.net.backbone)
+    groups = ecl_groups(data.counts, self.hp['M'])
+    out = {'ecl.group': group_of(groups, C).to(self.device)}
+    allidx = torch.arange(len(data))
+    g0 = _PartlyTrainable(self.net, ['head'])                                 # Eq. 3: balanced softmax, classifier only
+    self._train(g0, data, allidx, cfg, derive_seed(s, 'retrain'),
+                lambda m, xb, yb: balanced_softmax_ce(m(xb), yb, data.counts), self.hp['ft_epochs'])
+    out.update({f'ecl.head0.{k}': v for k, v in g0.net.head.state_dict().items()})
+    ce = lambda m, xb, yb: F.cross_entropy(m(xb), yb)
+    for m, cls in enumerate(groups):
+        tail = len(groups) >= 2 and m == len(groups) - 1
+        ex = _PartlyTrainable(self.net, ['head'] if tail else [blk, 'head'])
+        idx = (balanced_subset(data.y, cls, derive_seed(s, 'tail'), self.hp['tail']) if tail
+               else torch.nonzero(torch.isin(data.y.cpu(), cls)).flatten())
+        self._train(ex, data, idx, cfg, derive_seed(s, 'expert', m), ce, self.hp['expert_epochs'])  # Eq. 4
+        out.update({f'ecl.e{m}.{k}': v for k, v in ex.trained_state().items()})
+    return out
 
-    def finish_rounds(self, cfg): return 1
-    def finish_client(self, stage, d, cs, cfg, msg):
-        "Phase II on a client with training data."
-        return (cs if len(d) == 0 else {**cs, **self.phase2(d, cfg)}), {}
+# %% ../nbs/09b_ecl.ipynb #2a0f5140
+@patch
+def finish_rounds(self: ECLPlugin, cfg): return 1
+@patch
+def finish_client(self: ECLPlugin, stage, d, cs, cfg, msg):
+    "Phase II on a client with training data."
+    return (cs if len(d) == 0 else {**cs, **self.phase2(d, cfg)}), {}
 
-    def personal_logits(self, x, cstate, data):
-        net = self.net
-        if 'ecl.group' not in cstate: z = net(x); return {'ecl': z, 'global': z}  # during Phase I
-        h = net.backbone(x)
-        w0 = cstate['ecl.head0.weight']
-        z0 = F.linear(h, w0, cstate.get('ecl.head0.bias'))
-        grp, base = cstate['ecl.group'], None
-        zbar, zns = torch.empty_like(z0), torch.empty_like(z0)
-        for m in range(int(grp.max()) + 1):
-            pre = f'ecl.e{m}.'
-            ov = {k[len(pre):]: v for k, v in cstate.items() if k.startswith(pre)}
-            if any(k.startswith('backbone.') for k in ov):
-                base = net.state_dict() if base is None else base
-                zm = functional_call(net, {**base, **ov}, (x,))
-            else: zm = F.linear(h, ov['head.weight'], ov.get('head.bias'))
-            cols = grp == m
-            zns[:, cols] = zm[:, cols]
-            zbar[:, cols] = (ov['head.weight'].pow(2).sum() / w0.pow(2).sum()) * zm[:, cols]      # Eq. 5
-        lam = float(self.hp['lam'])
-        o = lam * zbar + (1 - lam) * z0                                                            # Eq. 6
-        return {'ecl': o, 'experts': zbar, 'retrained': z0, 'global': net.head(h),
-                'ecl_noscale': lam * zns + (1 - lam) * z0, 'ecl_masked': mask_logits(o, data.counts)}
+# %% ../nbs/09b_ecl.ipynb #265a106b
+@patch
+def personal_logits(self: ECLPlugin, x, cstate, data):
+    net = self.net
+    if 'ecl.group' not in cstate: z = net(x); return {'ecl': z, 'global': z}  # during Phase I
+    h = net.backbone(x)
+    w0 = cstate['ecl.head0.weight']
+    z0 = F.linear(h, w0, cstate.get('ecl.head0.bias'))
+    grp, base = cstate['ecl.group'], None
+    zbar, zns = torch.empty_like(z0), torch.empty_like(z0)
+    for m in range(int(grp.max()) + 1):
+        pre = f'ecl.e{m}.'
+        ov = {k[len(pre):]: v for k, v in cstate.items() if k.startswith(pre)}
+        if any(k.startswith('backbone.') for k in ov):
+            base = net.state_dict() if base is None else base
+            zm = functional_call(net, {**base, **ov}, (x,))
+        else: zm = F.linear(h, ov['head.weight'], ov.get('head.bias'))
+        cols = grp == m
+        zns[:, cols] = zm[:, cols]
+        zbar[:, cols] = (ov['head.weight'].pow(2).sum() / w0.pow(2).sum()) * zm[:, cols]      # Eq. 5
+    lam = float(self.hp['lam'])
+    o = lam * zbar + (1 - lam) * z0                                                            # Eq. 6
+    return {'ecl': o, 'experts': zbar, 'retrained': z0, 'global': net.head(h),
+            'ecl_noscale': lam * zns + (1 - lam) * z0, 'ecl_masked': mask_logits(o, data.counts)}
 
 # %% ../nbs/09b_ecl.ipynb #ecb0a001
 @register('ecl')

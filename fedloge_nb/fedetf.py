@@ -9,6 +9,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.func import functional_call
+from fastcore.basics import patch
 from .federated import Algorithm, ClientResult, register, shared, derive_seed, local_sgd, forward_batched
 from .models import make_backbone
 from .etf import simplex_etf
@@ -76,57 +77,65 @@ class FedETF(Algorithm):
 
     def is_shared(self, key): return key != 'etf'
 
-    def client_update(self, gstate, cstate, data, cfg, seed):
-        net = self.local; net.load_state_dict(gstate, strict=False)
-        n = data.counts
-        loss = local_sgd(net, data, cfg, seed, lambda m, xb, yb: balanced_softmax_ce(m.train_logits(xb), yb, n))
-        return ClientResult(shared(net, self.is_shared), cstate, len(data), loss)
+# %% ../nbs/09_fedetf.ipynb #ba5f6c0e
+@patch
+def client_update(self: FedETF, gstate, cstate, data, cfg, seed):
+    net = self.local; net.load_state_dict(gstate, strict=False)
+    n = data.counts
+    loss = local_sgd(net, data, cfg, seed, lambda m, xb, yb: balanced_softmax_ce(m.train_logits(xb), yb, n))
+    return ClientResult(shared(net, self.is_shared), cstate, len(data), loss)
 
-    # --- inference ---
-    def global_logits(self, x): return {'global': self.net(x)}
+# %% ../nbs/09_fedetf.ipynb #e68a0618
+@patch
+def global_logits(self: FedETF, x): return {'global': self.net(x)}
 
-    def personal_logits(self, x, cstate, data):
-        z = self.net(x)
-        if 'p.etf' not in cstate: return {'personal': z, 'global': z}              # before `finish`
-        bb = {k[len('p.backbone.'):]: v for k, v in cstate.items() if k.startswith('p.backbone.')}
-        g = F.linear(functional_call(self.net.backbone, bb, (x,)), cstate['p.proj.weight'], cstate['p.proj.bias'])
-        return {'personal': F.normalize(g, dim=1) @ cstate['p.etf'], 'global': z}
+@patch
+def personal_logits(self: FedETF, x, cstate, data):
+    z = self.net(x)
+    if 'p.etf' not in cstate: return {'personal': z, 'global': z}              # before `finish`
+    bb = {k[len('p.backbone.'):]: v for k, v in cstate.items() if k.startswith('p.backbone.')}
+    g = F.linear(functional_call(self.net.backbone, bb, (x,)), cstate['p.proj.weight'], cstate['p.proj.bias'])
+    return {'personal': F.normalize(g, dim=1) @ cstate['p.etf'], 'global': z}
 
-    # --- Algorithm 2 ---
-    def personalize(self, data, cfg) -> dict:
-        "Algorithm 2 in the appendix of FedETF (Li et al., ICCV 2023) for one client: its personalised model as `p.*` tensors."
-        hp, ref = self.hp, self.hp['personal'] == 'reference'
-        net = copy.deepcopy(self.net)
-        s = derive_seed(cfg.seed, 'fedetf_personal', data.k)
-        E = cfg.local_epochs if hp['p_epochs'] is None else int(hp['p_epochs'])
-        if E > 0:                                                                  # 1. feature extractor, balanced loss
-            ps = list(net.backbone.parameters()) + [net.beta] + (list(net.proj.parameters()) if ref else [])
-            local_sgd(net, data, cfg, s, lambda m, xb, yb: balanced_softmax_ce(m.train_logits(xb), yb, data.counts),
-                      params=ps, epochs=E)
-        net.eval()
-        V = nn.Parameter(net.etf.clone())
-        train_beta = [] if ref else [net.beta]
-        H = _fixed_features(net.backbone, data) if int(hp['p_iters']) > 0 else None
-        for t in range(int(hp['p_iters'])):
-            for stage, params, epochs, opt_kw in (
-                    ('etf', [V] + train_beta, hp['etf_epochs'], dict(lr=hp['etf_lr'])),
-                    ('proj', list(net.proj.parameters()) + train_beta, hp['proj_epochs'],
-                     dict(lr=hp['proj_lr'], momentum=hp['proj_momentum'], weight_decay=hp['proj_wd']))):
-                if int(epochs) <= 0: continue
-                opt = torch.optim.SGD(params, **opt_kw)
-                for hb, yb in _feature_batches(net.backbone, data, H, cfg.batch_size, derive_seed(s, stage, t), int(epochs)):
-                    if stage == 'etf':
-                        with torch.no_grad(): e = F.normalize(net.proj(hb), dim=1)
-                        z = e @ V
-                    else: z = F.normalize(net.proj(hb), dim=1) @ V.detach()
-                    loss = F.cross_entropy(net.beta * z, yb)
-                    opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
-        out = {f'p.backbone.{k}': v.detach().clone() for k, v in net.backbone.state_dict().items()}
-        out.update({'p.proj.weight': net.proj.weight.detach().clone(), 'p.proj.bias': net.proj.bias.detach().clone(),
-                    'p.etf': V.detach().clone(), 'p.beta': net.beta.detach().clone()})
-        return out
+# %% ../nbs/09_fedetf.ipynb #305de692
+@patch
+def personalize(self: FedETF, data, cfg) -> dict:
+    "Algorithm 2 in the appendix of FedETF (Li et al., ICCV 2023) for one client: its personalised model as `p.*` tensors."
+    hp, ref = self.hp, self.hp['personal'] == 'reference'
+    net = copy.deepcopy(self.net)
+    s = derive_seed(cfg.seed, 'fedetf_personal', data.k)
+    E = cfg.local_epochs if hp['p_epochs'] is None else int(hp['p_epochs'])
+    if E > 0:                                                                  # 1. feature extractor, balanced loss
+        ps = list(net.backbone.parameters()) + [net.beta] + (list(net.proj.parameters()) if ref else [])
+        local_sgd(net, data, cfg, s, lambda m, xb, yb: balanced_softmax_ce(m.train_logits(xb), yb, data.counts),
+                  params=ps, epochs=E)
+    net.eval()
+    V = nn.Parameter(net.etf.clone())
+    train_beta = [] if ref else [net.beta]
+    H = _fixed_features(net.backbone, data) if int(hp['p_iters']) > 0 else None
+    for t in range(int(hp['p_iters'])):
+        for stage, params, epochs, opt_kw in (
+                ('etf', [V] + train_beta, hp['etf_epochs'], dict(lr=hp['etf_lr'])),
+                ('proj', list(net.proj.parameters()) + train_beta, hp['proj_epochs'],
+                 dict(lr=hp['proj_lr'], momentum=hp['proj_momentum'], weight_decay=hp['proj_wd']))):
+            if int(epochs) <= 0: continue
+            opt = torch.optim.SGD(params, **opt_kw)
+            for hb, yb in _feature_batches(net.backbone, data, H, cfg.batch_size, derive_seed(s, stage, t), int(epochs)):
+                if stage == 'etf':
+                    with torch.no_grad(): e = F.normalize(net.proj(hb), dim=1)
+                    z = e @ V
+                else: z = F.normalize(net.proj(hb), dim=1) @ V.detach()
+                loss = F.cross_entropy(net.beta * z, yb)
+                opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
+    out = {f'p.backbone.{k}': v.detach().clone() for k, v in net.backbone.state_dict().items()}
+    out.update({'p.proj.weight': net.proj.weight.detach().clone(), 'p.proj.bias': net.proj.bias.detach().clone(),
+                'p.etf': V.detach().clone(), 'p.beta': net.beta.detach().clone()})
+    return out
 
-    def finish_rounds(self, cfg): return 1
-    def finish_client(self, stage, d, cs, cfg, msg):
-        "Algorithm 2 on a client with training data: its personalised model, used for PM."
-        return (cs if len(d) == 0 else {**cs, **self.personalize(d, cfg)}), {}
+# %% ../nbs/09_fedetf.ipynb #b97950b4
+@patch
+def finish_rounds(self: FedETF, cfg): return 1
+@patch
+def finish_client(self: FedETF, stage, d, cs, cfg, msg):
+    "Algorithm 2 on a client with training data: its personalised model, used for PM."
+    return (cs if len(d) == 0 else {**cs, **self.personalize(d, cfg)}), {}

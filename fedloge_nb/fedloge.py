@@ -8,6 +8,7 @@ import copy
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from fastcore.basics import patch
 from .federated import Algorithm, ClientResult, register, shared, derive_seed, forward_batched
 from .models import make_backbone, make_head
 from .sse_c import sse_c, FixedClassifier, INIT_KINDS, dense_init, sparse_init
@@ -73,19 +74,6 @@ class FedLoGe(Algorithm):
             raise ValueError(f"ft_lr must be a positive number, None (= the training lr) or a non-empty list of candidates, got {self.hp['ft_lr']!r}")
         self.ft_choice = {}
 
-    def fixed_classifier(self, d: int, C: int, seed: int) -> torch.Tensor:
-        "The frozen d x C classifier: SSE-C (Eq. 5), the dense simplex ETF (Eq. 2), or another initialisation, optionally sparsified (Table 9)."
-        kind, g = self.hp['classifier'], self.hp['gamma']
-        if kind == 'sse_c': return sse_c(d, C, beta=self.hp['beta'], gamma=g, steps=self.hp['sse_steps'], lr=self.hp['sse_lr'], seed=seed)[0]
-        if kind == 'etf' and not self.hp['sparse']: return simplex_etf(d, C, seed=seed) * g
-        return fixed_init(d, C, kind, g, self.hp['beta'] if self.hp['sparse'] else 0.0, seed)
-
-    def build_net(self, fed, cfg):
-        theta = make_backbone(cfg.model, fed.in_channels, fed.img_size)
-        if self.hp['proj']: theta = Projected(theta)
-        W = self.fixed_classifier(theta.feature_dim, fed.num_classes, derive_seed(cfg.seed, 'sse_c') % (2**31))
-        return FedLoGeNet(theta, W, fed.num_classes)
-
     def build(self, fed, cfg):
         super().build(fed, cfg)
         self.psi_norms0 = self.net.psi.weight.detach().norm(dim=1).cpu()
@@ -93,105 +81,135 @@ class FedLoGe(Algorithm):
     @classmethod
     def post_hp(cls, epochs): return {'ft_epochs': int(epochs)}
 
-    def diagnostics(self, fed, clients, client_states):
-        "psi's row norms vs the global class counts (Spearman), their ratio to the initial norms, phi_k's norms vs local counts."
-        n = self.net.psi.weight.detach().norm(dim=1).cpu()
-        rho = [norm_count_correlation(cs['phi'].cpu(), d.counts)['spearman'] for d, cs in zip(clients, client_states) if len(d)]
-        rho = [r for r in rho if r == r]
-        return {'psi_norm_min': float(n.min()), 'psi_norm_max': float(n.max()), 'psi_norm_mean': float(n.mean()),
-                'psi_spearman': norm_count_correlation(self.net.psi.weight.detach().cpu(), fed.class_counts)['spearman'],
-                'psi_norm_growth': float((n / self.psi_norms0).mean()),
-                'phi_spearman': float(sum(rho) / len(rho)) if rho else float('nan'),
-                'psi_norms': [round(float(v), 5) for v in n], 'psi_norms0': [round(float(v), 5) for v in self.psi_norms0],
-                **self.ft_choice}
-
     def is_shared(self, key): return not key.startswith('sse_c.')
 
     def init_client_state(self, k, data):
         return {'phi': make_head(self.net.theta.feature_dim, len(data.counts), bias=False).weight.detach().to(self.device)}
 
-    def client_update(self, gstate, cstate, data, cfg, seed):
-        net = self.local; net.load_state_dict(gstate, strict=False); net.train()
-        phi = cstate['phi'].clone().requires_grad_(True)
-        sgd = lambda ps: torch.optim.SGD(ps, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-        opt_theta, opt_psi, opt_phi = sgd(net.theta.parameters()), sgd(net.psi.parameters()), sgd([phi])
-        total, nb = 0.0, 0
-        for xb, yb in data.batches(cfg.batch_size, seed, cfg.local_epochs):
-            h = net.theta(xb)
-            loss = (dot_regression_loss(h, net.sse_c.weight, yb) if self.hp['dr_loss']   # (1) theta through the frozen SSE-C
-                    else F.cross_entropy(net.sse_c(h), yb))
-            opt_theta.zero_grad(set_to_none=True); loss.backward(); opt_theta.step()
-            hd = h.detach()
-            l_psi = F.cross_entropy(net.psi(hd), yb)                     # (2) psi on detached features
-            opt_psi.zero_grad(set_to_none=True); l_psi.backward(); opt_psi.step()
-            l_phi = F.cross_entropy(hd @ phi.T, yb)                      # (3) phi_k on detached features
-            opt_phi.zero_grad(set_to_none=True); l_phi.backward(); opt_phi.step()
-            total += loss.item(); nb += 1
-        return ClientResult(shared(net, self.is_shared), {**cstate, 'phi': phi.detach()}, len(data), total / max(nb, 1))
+# %% ../nbs/05_fedloge.ipynb #cc70336c
+@patch
+def fixed_classifier(self: FedLoGe, d: int, C: int, seed: int) -> torch.Tensor:
+    "The frozen d x C classifier: SSE-C (Eq. 5), the dense simplex ETF (Eq. 2), or another initialisation, optionally sparsified (Table 9)."
+    kind, g = self.hp['classifier'], self.hp['gamma']
+    if kind == 'sse_c': return sse_c(d, C, beta=self.hp['beta'], gamma=g, steps=self.hp['sse_steps'], lr=self.hp['sse_lr'], seed=seed)[0]
+    if kind == 'etf' and not self.hp['sparse']: return simplex_etf(d, C, seed=seed) * g
+    return fixed_init(d, C, kind, g, self.hp['beta'] if self.hp['sparse'] else 0.0, seed)
 
-    # --- inference modes ---
-    def global_logits(self, x):
-        h = self.net.theta(x); psi = self.net.psi.weight
-        return {'sse_c': self.net.sse_c(h), 'psi': h @ psi.T, 'ga_fr': h @ ga_fr(psi).T}
+@patch
+def build_net(self: FedLoGe, fed, cfg):
+    theta = make_backbone(cfg.model, fed.in_channels, fed.img_size)
+    if self.hp['proj']: theta = Projected(theta)
+    W = self.fixed_classifier(theta.feature_dim, fed.num_classes, derive_seed(cfg.seed, 'sse_c') % (2**31))
+    return FedLoGeNet(theta, W, fed.num_classes)
 
-    def personal_logits(self, x, cstate, data):
-        h = self.net.theta(x); psi, phi, n = self.net.psi.weight, cstate['phi'], data.counts
-        phi_p = cstate.get('phi_prime', la_fr(psi, phi))                 # finetuned phi'_k after `finish`
-        return {'phi': h @ phi.T,
-                'la_fr': personal_logits(h, phi_p, counts=n),                      # paper: {theta, phi'_k}
-                'la_fr_ref': personal_logits(h, phi_p, phi, n, form='reference'),  # reference code: phi_k(h) + phi'_k(h)
-                'la_fr_noft': personal_logits(h, la_fr(psi, phi), counts=n),       # Eq. 7 before finetuning
-                'la_fr_dist': personal_logits(h, la_fr_dist(psi, n), counts=n),    # A.8: true local distribution instead of ||phi||
-                'ga_fr': h @ ga_fr(psi).T}                                         # the generic model on local data
+# %% ../nbs/05_fedloge.ipynb #47a85da7
+@patch
+def diagnostics(self: FedLoGe, fed, clients, client_states):
+    "psi's row norms vs the global class counts (Spearman), their ratio to the initial norms, phi_k's norms vs local counts."
+    n = self.net.psi.weight.detach().norm(dim=1).cpu()
+    rho = [norm_count_correlation(cs['phi'].cpu(), d.counts)['spearman'] for d, cs in zip(clients, client_states) if len(d)]
+    rho = [r for r in rho if r == r]
+    return {'psi_norm_min': float(n.min()), 'psi_norm_max': float(n.max()), 'psi_norm_mean': float(n.mean()),
+            'psi_spearman': norm_count_correlation(self.net.psi.weight.detach().cpu(), fed.class_counts)['spearman'],
+            'psi_norm_growth': float((n / self.psi_norms0).mean()),
+            'phi_spearman': float(sum(rho) / len(rho)) if rho else float('nan'),
+            'psi_norms': [round(float(v), 5) for v in n], 'psi_norms0': [round(float(v), 5) for v in self.psi_norms0],
+            **self.ft_choice}
 
-    # --- stages 2-3 ---
-    def _ft_lrs(self, cfg) -> list:
-        lrs = self.hp['ft_lr'] if isinstance(self.hp['ft_lr'], (list, tuple)) else [self.hp['ft_lr']]
-        return [cfg.lr if l is None else float(l) for l in lrs]
+@patch
+def extra_state(self: FedLoGe): return {'psi_norms0': self.psi_norms0}
+@patch
+def load_extra_state(self: FedLoGe, state):
+    if 'psi_norms0' in state: self.psi_norms0 = state['psi_norms0']
 
-    def finish_rounds(self, cfg):
-        "Stage 3 in one client stage, or two when `ft_lr` lists candidates (clients score them on validation, the server picks one)."
-        if self.hp['ft_epochs'] <= 0: return 0
-        if len(self._ft_lrs(cfg)) > 1 and not cfg.val_frac:
-            raise ValueError(f"ft_lr={self.hp['ft_lr']} lists candidates to choose on validation data, but the run has none: set --val_frac (e.g. 0.1)")
-        return 1 if len(self._ft_lrs(cfg)) == 1 else 2
+# %% ../nbs/05_fedloge.ipynb #daacb11d
+@patch
+def client_update(self: FedLoGe, gstate, cstate, data, cfg, seed):
+    net = self.local; net.load_state_dict(gstate, strict=False); net.train()
+    phi = cstate['phi'].clone().requires_grad_(True)
+    sgd = lambda ps: torch.optim.SGD(ps, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    opt_theta, opt_psi, opt_phi = sgd(net.theta.parameters()), sgd(net.psi.parameters()), sgd([phi])
+    total, nb = 0.0, 0
+    for xb, yb in data.batches(cfg.batch_size, seed, cfg.local_epochs):
+        h = net.theta(xb)
+        loss = (dot_regression_loss(h, net.sse_c.weight, yb) if self.hp['dr_loss']   # (1) theta through the frozen SSE-C
+                else F.cross_entropy(net.sse_c(h), yb))
+        opt_theta.zero_grad(set_to_none=True); loss.backward(); opt_theta.step()
+        hd = h.detach()
+        l_psi = F.cross_entropy(net.psi(hd), yb)                     # (2) psi on detached features
+        opt_psi.zero_grad(set_to_none=True); l_psi.backward(); opt_psi.step()
+        l_phi = F.cross_entropy(hd @ phi.T, yb)                      # (3) phi_k on detached features
+        opt_phi.zero_grad(set_to_none=True); l_phi.backward(); opt_phi.step()
+        total += loss.item(); nb += 1
+    return ClientResult(shared(net, self.is_shared), {**cstate, 'phi': phi.detach()}, len(data), total / max(nb, 1))
 
-    def finish_client(self, stage, d, cs, cfg, msg):
-        "Stage 3 on client k: phi'_k = LA-FR(psi, phi_k), then `ft_epochs` of finetuning with theta frozen (per candidate lr: validation accuracy reported)."
-        if stage == 1:                                                   # the server's choice among the candidates
-            i = int(msg['ft_lr_index'])
-            return {**{k: v for k, v in cs.items() if not k.startswith('phi_prime_cand')}, 'phi_prime': cs[f'phi_prime_cand{i}']}, {}
-        lrs = self._ft_lrs(cfg)
-        self.net.eval(); psi = self.net.psi.weight.detach()
-        has_val = d.y_val is not None and len(d.y_val) > 0
-        with torch.no_grad():
-            h = forward_batched(self.net.theta, d.x) if len(d) else None
-            hv = forward_batched(self.net.theta, d.x_val) if has_val else None
-        Ws = []
-        for lr in lrs:
-            W = la_fr(psi, cs['phi'])
-            if h is not None:
-                W = finetune_head(W, h, d.y, epochs=self.hp['ft_epochs'], lr=lr, momentum=cfg.momentum,
-                                  batch_size=cfg.batch_size, seed=derive_seed(cfg.seed, 'ft', d.k), counts=d.counts)
-            Ws.append(W)
-        if len(lrs) == 1: return {**cs, 'phi_prime': Ws[0]}, {}
-        rep = {} if hv is None else {'val_acc': [(personal_logits(hv, W, cs['phi'], d.counts, self.hp['personal']).argmax(1) == d.y_val).float().mean().item() for W in Ws]}
-        return {**cs, **{f'phi_prime_cand{i}': W for i, W in enumerate(Ws)}}, rep
+# %% ../nbs/05_fedloge.ipynb #b001ff4e
+@patch
+def global_logits(self: FedLoGe, x):
+    h = self.net.theta(x); psi = self.net.psi.weight
+    return {'sse_c': self.net.sse_c(h), 'psi': h @ psi.T, 'ga_fr': h @ ga_fr(psi).T}
 
-    def finish_server(self, stage, cfg, reports):
-        "The finetuning lr with the best mean local validation accuracy (PM on validation), when `ft_lr` lists candidates."
-        if stage != 0 or len(self._ft_lrs(cfg)) == 1: return {}
-        accs = [reports[k]['val_acc'] for k in sorted(reports) if 'val_acc' in reports[k]]
-        if not accs:
-            raise ValueError(f"ft_lr={self.hp['ft_lr']} lists candidates to choose on validation data, but the run has none: set --val_frac (e.g. 0.1)")
-        best = None
-        for i, lr in enumerate(self._ft_lrs(cfg)):
-            score = 100 * sum(a[i] for a in accs) / len(accs)
-            self.ft_choice.setdefault('ft_val', {})[f'{lr:g}'] = round(score, 4)
-            if best is None or score > best[1]: best = (i, score, lr)
-        self.ft_choice['ft_lr_selected'] = best[2]
-        return {'ft_lr_index': best[0]}
+@patch
+def personal_logits(self: FedLoGe, x, cstate, data):
+    h = self.net.theta(x); psi, phi, n = self.net.psi.weight, cstate['phi'], data.counts
+    phi_p = cstate.get('phi_prime', la_fr(psi, phi))                 # finetuned phi'_k after `finish`
+    return {'phi': h @ phi.T,
+            'la_fr': personal_logits(h, phi_p, counts=n),                      # paper: {theta, phi'_k}
+            'la_fr_ref': personal_logits(h, phi_p, phi, n, form='reference'),  # reference code: phi_k(h) + phi'_k(h)
+            'la_fr_noft': personal_logits(h, la_fr(psi, phi), counts=n),       # Eq. 7 before finetuning
+            'la_fr_dist': personal_logits(h, la_fr_dist(psi, n), counts=n),    # A.8: true local distribution instead of ||phi||
+            'ga_fr': h @ ga_fr(psi).T}                                         # the generic model on local data
 
-    def extra_state(self): return {'psi_norms0': self.psi_norms0}
-    def load_extra_state(self, state):
-        if 'psi_norms0' in state: self.psi_norms0 = state['psi_norms0']
+# %% ../nbs/05_fedloge.ipynb #edb4207e
+@patch
+def _ft_lrs(self: FedLoGe, cfg) -> list:
+    lrs = self.hp['ft_lr'] if isinstance(self.hp['ft_lr'], (list, tuple)) else [self.hp['ft_lr']]
+    return [cfg.lr if l is None else float(l) for l in lrs]
+
+@patch
+def finish_rounds(self: FedLoGe, cfg):
+    "Stage 3 in one client stage, or two when `ft_lr` lists candidates (clients score them on validation, the server picks one)."
+    if self.hp['ft_epochs'] <= 0: return 0
+    if len(self._ft_lrs(cfg)) > 1 and not cfg.val_frac:
+        raise ValueError(f"ft_lr={self.hp['ft_lr']} lists candidates to choose on validation data, but the run has none: set --val_frac (e.g. 0.1)")
+    return 1 if len(self._ft_lrs(cfg)) == 1 else 2
+
+# %% ../nbs/05_fedloge.ipynb #de7db845
+@patch
+def finish_client(self: FedLoGe, stage, d, cs, cfg, msg):
+    "Stage 3 on client k: phi'_k = LA-FR(psi, phi_k), then `ft_epochs` of finetuning with theta frozen (per candidate lr: validation accuracy reported)."
+    if stage == 1:                                                   # the server's choice among the candidates
+        i = int(msg['ft_lr_index'])
+        return {**{k: v for k, v in cs.items() if not k.startswith('phi_prime_cand')}, 'phi_prime': cs[f'phi_prime_cand{i}']}, {}
+    lrs = self._ft_lrs(cfg)
+    self.net.eval(); psi = self.net.psi.weight.detach()
+    has_val = d.y_val is not None and len(d.y_val) > 0
+    with torch.no_grad():
+        h = forward_batched(self.net.theta, d.x) if len(d) else None
+        hv = forward_batched(self.net.theta, d.x_val) if has_val else None
+    Ws = []
+    for lr in lrs:
+        W = la_fr(psi, cs['phi'])
+        if h is not None:
+            W = finetune_head(W, h, d.y, epochs=self.hp['ft_epochs'], lr=lr, momentum=cfg.momentum,
+                              batch_size=cfg.batch_size, seed=derive_seed(cfg.seed, 'ft', d.k), counts=d.counts)
+        Ws.append(W)
+    if len(lrs) == 1: return {**cs, 'phi_prime': Ws[0]}, {}
+    rep = {} if hv is None else {'val_acc': [(personal_logits(hv, W, cs['phi'], d.counts, self.hp['personal']).argmax(1) == d.y_val).float().mean().item() for W in Ws]}
+    return {**cs, **{f'phi_prime_cand{i}': W for i, W in enumerate(Ws)}}, rep
+
+# %% ../nbs/05_fedloge.ipynb #df0d5db2
+@patch
+def finish_server(self: FedLoGe, stage, cfg, reports):
+    "The finetuning lr with the best mean local validation accuracy (PM on validation), when `ft_lr` lists candidates."
+    if stage != 0 or len(self._ft_lrs(cfg)) == 1: return {}
+    accs = [reports[k]['val_acc'] for k in sorted(reports) if 'val_acc' in reports[k]]
+    if not accs:
+        raise ValueError(f"ft_lr={self.hp['ft_lr']} lists candidates to choose on validation data, but the run has none: set --val_frac (e.g. 0.1)")
+    best = None
+    for i, lr in enumerate(self._ft_lrs(cfg)):
+        score = 100 * sum(a[i] for a in accs) / len(accs)
+        self.ft_choice.setdefault('ft_val', {})[f'{lr:g}'] = round(score, 4)
+        if best is None or score > best[1]: best = (i, score, lr)
+    self.ft_choice['ft_lr_selected'] = best[2]
+    return {'ft_lr_index': best[0]}

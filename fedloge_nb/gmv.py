@@ -8,6 +8,7 @@ import copy, dataclasses
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from fastcore.basics import patch
 from .federated import (Algorithm, ClientResult, register, shared, derive_seed, local_sgd, weighted_average, forward_batched,
                                   Plugin, register_plugin)
 from .models import make_backbone
@@ -78,37 +79,42 @@ class FedAvgETFGMV(Algorithm):
         "Are the memory vectors added to the features in round `rnd` (1-based)?"
         return bool(self.hp['gmv']) and rnd >= int(self.hp['warmup'])
 
-    def client_update(self, gstate, cstate, data, cfg, seed):
-        net = self.local; net.load_state_dict(gstate, strict=False)
-        rnd = int(gstate['gmv.round']) + 1
-        memory = gstate['gmv.memory'].to(self.device) if self.uses_gmv(rnd) else None
-        a, prox = float(self.hp['a']), float(self.hp['mu'])
-        theta_g = [p.detach().clone() for p in net.backbone.parameters()] if prox > 0 else None
-        def loss_fn(m, xb, yb):
-            h = m.backbone(xb)
-            if memory is not None: h = h + a * memory[yb]
-            loss = F.cross_entropy(m.etf(h), yb)
-            if theta_g is not None:
-                loss = loss + prox / 2 * sum(((p - q) ** 2).sum() for p, q in zip(m.backbone.parameters(), theta_g))
-            return loss
-        loss = local_sgd(net, data, cfg, seed, loss_fn)
-        state = shared(net, self.is_shared)
-        if self.hp['gmv'] and len(data):
-            net.eval()
-            state['gmv.client_mean'], state['gmv.client_has'] = class_means(forward_batched(net.backbone, data.x), data.y, self.num_classes)
-        return ClientResult(state, cstate, len(data), loss)
-
-    def aggregate(self, gstate, results):
-        "Sample-weighted mean of theta; memory vectors from the clients' class means; round counter + 1."
-        keys = [k for k in results[0].state if not k.startswith('gmv.')]
-        new = weighted_average([{k: r.state[k] for k in keys} for r in results], [r.n for r in results])
-        rs = [r for r in results if 'gmv.client_mean' in r.state]
-        new['gmv.memory'] = gmv_update(gstate['gmv.memory'], [r.state['gmv.client_mean'] for r in rs], [r.state['gmv.client_has'] for r in rs])
-        new['gmv.round'] = gstate['gmv.round'] + 1
-        return new
-
     def global_logits(self, x): return {'global': self.net(x)}
 
+# %% ../nbs/09a_gmv.ipynb #95c24028
+@patch
+def client_update(self: FedAvgETFGMV, gstate, cstate, data, cfg, seed):
+    net = self.local; net.load_state_dict(gstate, strict=False)
+    rnd = int(gstate['gmv.round']) + 1
+    memory = gstate['gmv.memory'].to(self.device) if self.uses_gmv(rnd) else None
+    a, prox = float(self.hp['a']), float(self.hp['mu'])
+    theta_g = [p.detach().clone() for p in net.backbone.parameters()] if prox > 0 else None
+    def loss_fn(m, xb, yb):
+        h = m.backbone(xb)
+        if memory is not None: h = h + a * memory[yb]
+        loss = F.cross_entropy(m.etf(h), yb)
+        if theta_g is not None:
+            loss = loss + prox / 2 * sum(((p - q) ** 2).sum() for p, q in zip(m.backbone.parameters(), theta_g))
+        return loss
+    loss = local_sgd(net, data, cfg, seed, loss_fn)
+    state = shared(net, self.is_shared)
+    if self.hp['gmv'] and len(data):
+        net.eval()
+        state['gmv.client_mean'], state['gmv.client_has'] = class_means(forward_batched(net.backbone, data.x), data.y, self.num_classes)
+    return ClientResult(state, cstate, len(data), loss)
+
+# %% ../nbs/09a_gmv.ipynb #082d2d3a
+@patch
+def aggregate(self: FedAvgETFGMV, gstate, results):
+    "Sample-weighted mean of theta; memory vectors from the clients' class means; round counter + 1."
+    keys = [k for k in results[0].state if not k.startswith('gmv.')]
+    new = weighted_average([{k: r.state[k] for k in keys} for r in results], [r.n for r in results])
+    rs = [r for r in results if 'gmv.client_mean' in r.state]
+    new['gmv.memory'] = gmv_update(gstate['gmv.memory'], [r.state['gmv.client_mean'] for r in rs], [r.state['gmv.client_has'] for r in rs])
+    new['gmv.round'] = gstate['gmv.round'] + 1
+    return new
+
+# %% ../nbs/09a_gmv.ipynb #6958b514
 @register('fedavg_etf')
 class FedAvgETF(FedAvgETFGMV):
     "FedAvg with a fixed simplex ETF classifier, no memory vectors (Huang et al. 2023, Table 2, '+ETF')."

@@ -1,6 +1,7 @@
 # fedloge_nb: two commands do everything on a fresh machine (Python 3.11, root, package registries only).
 #   make run   - set up (idempotent), then the main job
 #   make test  - set up (idempotent), then nbdev_test over nbs/ and pytest over tests/
+#   make docs  - the chapters as a static site in _site/ (open _site/index.html)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -9,7 +10,7 @@ STAMP := $(VENV)/.fedloge_nb-installed
 FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 OUT ?= runs/main
 
-.PHONY: setup data test test-nbs test-py slow run export clean-nbs bench
+.PHONY: setup data test test-nbs test-py slow run export clean-nbs bench docs docs-deps
 
 setup: $(STAMP) data
 
@@ -30,7 +31,17 @@ data:
 	  else echo "warning: $(FMNIST) missing and no apt-get: Fashion-MNIST notebooks will fail (see data/README.md)"; fi; \
 	fi
 
-test: setup test-nbs test-py
+# headless Chromium for tests/test_docs.py (the site's images and links); installed only when missing and apt is available
+docs-deps:
+	@if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1 && ! command -v google-chrome >/dev/null 2>&1; then \
+	  if command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian package chromium"; \
+	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	    $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; \
+	  else echo "warning: chromium missing and no apt-get: tests/test_docs.py will fail (install Chromium)"; fi; \
+	fi
+
+test: setup docs-deps test-nbs test-py
 
 test-nbs:
 	cd nbs && OMP_NUM_THREADS=1 ../$(BIN)/nbdev_test --n_workers 2 --timing
@@ -51,3 +62,7 @@ export:
 
 bench: setup
 	$(BIN)/python scripts/bench_sse_c.py
+
+# the chapters as a static site: _site/index.html (nbconvert, stored outputs; no Quarto needed)
+docs: $(STAMP)
+	$(BIN)/python scripts/build_docs.py --out _site

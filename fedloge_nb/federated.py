@@ -21,12 +21,13 @@ _all_ = ['atomic_write', 'save_json', 'save_csv', 'save_checkpoint', 'load_check
          'check_out', 'run_lock', 'evaluate', 'forward_batched']  # importable from here too: the engine is where readers look for them
 
 # %% auto #0
-__all__ = ['METHODS', 'KINDS', 'PLUGINS', 'FedConfig', 'derive_seed', 'seed_everything', 'sample_clients', 'ClientData',
-           'client_datasets', 'weighted_average', 'ClientResult', 'register', 'Algorithm', 'shared', 'local_sgd',
-           'FedAvg', 'Plugin', 'register_plugin', 'composable_bases', 'compose', 'get_method', 'matched_hp',
-           'make_algorithm', 'RunResult', 'last_k_means', 'hp_key', 'make_summary', 'start_run', 'run_fl', 'check_run',
-           'atomic_write', 'save_json', 'save_csv', 'save_checkpoint', 'load_checkpoint', 'DivergenceError',
-           'check_finite', 'check_device', 'check_out', 'run_lock', 'evaluate', 'forward_batched']
+__all__ = ['METHODS', 'KINDS', 'PLUGINS', 'METHOD_MODULES', 'METHODS_ENV', 'FedConfig', 'derive_seed', 'seed_everything',
+           'sample_clients', 'ClientData', 'client_datasets', 'weighted_average', 'ClientResult', 'register',
+           'Algorithm', 'shared', 'local_sgd', 'FedAvg', 'Plugin', 'register_plugin', 'composable_bases', 'compose',
+           'method_modules', 'load_methods', 'get_method', 'matched_hp', 'make_algorithm', 'RunResult', 'last_k_means',
+           'hp_key', 'make_summary', 'start_run', 'run_fl', 'check_run', 'atomic_write', 'save_json', 'save_csv',
+           'save_checkpoint', 'load_checkpoint', 'DivergenceError', 'check_finite', 'check_device', 'check_out',
+           'run_lock', 'evaluate', 'forward_batched']
 
 # %% ../nbs/04_federated.ipynb #98d60cf2
 @dataclass
@@ -386,16 +387,27 @@ def compose(name: str):
     return register(name)(type(name, (*reversed(P), B), body))
 
 # %% ../nbs/04_federated.ipynb #c29608e9
-_METHOD_MODULES = ['fedloge_nb.fedloge', 'fedloge_nb.baselines', 'fedloge_nb.baselines_lt', 'fedloge_nb.fedetf',
-                   'fedloge_nb.gmv', 'fedloge_nb.ecl', 'fedloge_nb.optimisers', 'fedloge_nb.pfl']
+METHOD_MODULES = ['fedloge_nb.fedloge', 'fedloge_nb.baselines', 'fedloge_nb.baselines_lt', 'fedloge_nb.fedetf',
+                  'fedloge_nb.gmv', 'fedloge_nb.ecl', 'fedloge_nb.optimisers', 'fedloge_nb.pfl']
+METHODS_ENV = 'FEDLOGE_NB_METHODS'
 
-def _load_methods():
+def method_modules() -> list:
+    "The modules that register methods: the package's own (`METHOD_MODULES`), then those named in `$FEDLOGE_NB_METHODS`."
+    extra = [m.strip() for m in os.environ.get(METHODS_ENV, '').replace(' ', ',').split(',') if m.strip()]
+    return METHOD_MODULES + [m for m in dict.fromkeys(extra) if m not in METHOD_MODULES]
+
+def load_methods():
     "Import every module that registers methods (an import error is raised, never skipped)."
-    for m in _METHOD_MODULES: importlib.import_module(m)
+    for m in method_modules():
+        try: importlib.import_module(m)
+        except ModuleNotFoundError as e:
+            if m in METHOD_MODULES or e.name != m: raise
+            raise ModuleNotFoundError(f"${METHODS_ENV} names module {m!r}, which Python cannot import: "
+                                      f"put the folder that holds {m}.py on PYTHONPATH, or remove it from ${METHODS_ENV}") from None
 
 def get_method(name: str):
     "The `Algorithm` class registered as `name`; `BASE+PLUGIN[+PLUGIN]` is composed (`compose`) on first use."
-    if name not in METHODS: _load_methods()
+    if name not in METHODS: load_methods()
     if name not in METHODS and '+' in name: return compose(name)
     if name not in METHODS:
         raise ValueError(f"unknown method {name!r}; known methods: {', '.join(sorted(METHODS))}; "

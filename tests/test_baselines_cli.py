@@ -12,9 +12,9 @@ import pytest
 os.environ.setdefault('OMP_NUM_THREADS', '1')
 from fedloge_nb.cli import main
 import fedloge_nb
-from fedloge_nb.federated import FedConfig, run_fl, get_method, make_algorithm, METHODS, KINDS, _load_methods, _METHOD_MODULES
+from fedloge_nb.federated import FedConfig, run_fl, get_method, make_algorithm, METHODS, KINDS, load_methods, METHOD_MODULES
 
-_load_methods()                                       # raises if a method module does not import
+load_methods()                                       # raises if a method module does not import
 ALL = sorted(METHODS)                                 # every registered method
 NO_GM = {m for m in ALL if not METHODS[m].has_global}
 FAST_HP = {'fedloge': {'sse_steps': 50, 'sse_lr': 0.01},  # speed only: FedLoGe's default SSE-C optimisation takes 10k steps,
@@ -31,10 +31,10 @@ def metrics(summary):
 
 
 def test_every_method_module_is_loaded():
-    "Every module of the package that registers a method is in _METHOD_MODULES (else its methods would be unknown to the CLI)."
+    "Every module of the package that registers a method is in METHOD_MODULES (else its methods would be unknown to the CLI)."
     pkg = Path(fedloge_nb.__file__).parent
     registering = {f'fedloge_nb.{f.stem}' for f in pkg.glob('*.py') if '@register(' in f.read_text() and f.stem != 'federated'}
-    assert registering == set(_METHOD_MODULES)
+    assert registering == set(METHOD_MODULES)
     for m in ALL: assert get_method(m).name == m and METHODS[m].kind in KINDS and 'kind' in vars(METHODS[m])
     assert NO_GM == {m for m in ALL if METHODS[m].kind == 'personalised'} and len(ALL) >= 21
 

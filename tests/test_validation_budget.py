@@ -1,10 +1,10 @@
 """Validation split, selection on validation only, and the matched post-training budget, across every registered method."""
 import dataclasses, json
 import pytest, torch
-from fedloge_nb.federated import FedConfig, METHODS, _load_methods, make_algorithm, matched_hp, start_run, run_fl, Algorithm
+from fedloge_nb.federated import FedConfig, METHODS, load_methods, make_algorithm, matched_hp, start_run, run_fl, Algorithm
 from fedloge_nb.data import make_fed_data
 
-_load_methods()
+load_methods()
 TINY_HP = {'fedloge': dict(sse_steps=50, sse_lr=1e-2), 'fedrep': dict(head_epochs=1)}
 
 

@@ -1,0 +1,128 @@
+"""The rendered site (`make docs`, scripts/build_docs.py) opened in headless Chromium: the index lists every chapter, every image
+loads (naturalWidth > 0) and every internal link reaches an existing page and anchor. A broken copy proves that
+the check fails."""
+import functools, http.server, json, os, re, shutil, subprocess, sys, tempfile, threading
+from pathlib import Path
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BROWSERS = ('chromium', 'chromium-browser', 'google-chrome')
+
+def browser() -> str:
+    "The Chromium executable ($CHROMIUM or the first on PATH); a missing one fails the test with the command that installs it."
+    exe = os.environ.get('CHROMIUM') or next((shutil.which(b) for b in BROWSERS if shutil.which(b)), None)
+    if not exe: pytest.fail("chromium not found: install it with `apt-get install -y chromium` (or `make docs-deps`)", pytrace=False)
+    return exe
+
+# Runs in the checker page: loads every page of the site in an iframe, then POSTs what it found to /__report__.
+CHECKER = """<!DOCTYPE html><html><head><meta charset="utf-8"><title>site check</title></head><body>
+<pre id="report">running</pre><img src="/__wait__" alt="">
+<script>
+const PAGES = %s;
+const report = {pages: 0, images: 0, links: 0, problems: []};
+const fetched = new Map(), parsed = new Map();
+const text = url => { if (!fetched.has(url)) fetched.set(url, fetch(url).then(r => r.ok ? r.text() : null, () => null)); return fetched.get(url); };
+const load = page => new Promise(ok => { const f = document.createElement('iframe'); f.style.cssText = 'width:1200px;height:800px';
+  f.onload = () => ok(f); f.src = page; document.body.appendChild(f); });
+const loaded = img => img.complete ? Promise.resolve() : new Promise(ok => { img.addEventListener('load', ok); img.addEventListener('error', ok); });
+async function hasAnchor(base, hash, here, doc) {    // as a browser scrolls: the fragment as written, then decoded
+  if (base !== here && !parsed.has(base)) parsed.set(base, new DOMParser().parseFromString(await text(base) || '', 'text/html'));
+  const d = base === here ? doc : parsed.get(base);
+  return [hash, decodeURIComponent(hash)].some(id => d.getElementById(id) || d.getElementsByName(id).length);
+}
+async function check(page) {
+  if (await text(new URL(page, location.href).href) === null) { report.problems.push(`${page}: no such page`); return; }
+  const f = await load(page), doc = f.contentDocument, here = f.contentWindow.location.href.split('#')[0];
+  report.pages++;
+  for (const img of Array.from(doc.images)) {
+    await loaded(img); report.images++;
+    if (!(img.naturalWidth > 0)) report.problems.push(`${page}: image ${(img.getAttribute('src') || '').slice(0, 80)} does not load`);
+  }
+  for (const a of Array.from(doc.querySelectorAll('a[href]'))) {
+    const href = a.getAttribute('href'), u = new URL(href, here);
+    if (u.origin !== location.origin) continue;                        // the web, mailto: not checked here
+    report.links++;
+    const base = u.origin + u.pathname;
+    if (base !== here && await text(base) === null) { report.problems.push(`${page}: link ${href} -> no such page`); continue; }
+    const hash = u.hash.slice(1);
+    if (hash && !(await hasAnchor(base, hash, here, doc))) report.problems.push(`${page}: link ${href} -> no anchor #${hash}`);
+  }
+  f.remove();
+}
+(async () => {
+  try { for (const p of PAGES) await check(p); } catch (e) { report.problems.push('checker crashed: ' + e); }
+  document.getElementById('report').textContent = JSON.stringify(report);
+  await fetch('/__report__', {method: 'POST', body: JSON.stringify(report)});
+})();
+</script></body></html>"""
+
+def check_site(site: Path, pages: list, timeout: float = 120) -> dict:
+    "Serve `site` on 127.0.0.1, open a checker page in headless Chromium that visits `pages`; returns its report."
+    exe, box, done = browser(), {}, threading.Event()
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *a): pass
+        def do_GET(self):
+            if self.path == '/__check__.html': return self.reply(200, 'text/html', (CHECKER % json.dumps(pages)).encode())
+            if self.path == '/__wait__':                             # holds the checker page's load event until the report is in
+                done.wait(timeout); return self.reply(404, 'text/plain', b'')
+            return super().do_GET()
+        def do_POST(self):
+            box['report'] = json.loads(self.rfile.read(int(self.headers['Content-Length']))); done.set()
+            self.reply(200, 'text/plain', b'ok')
+        def reply(self, code, ctype, body):
+            self.send_response(code); self.send_header('Content-Type', ctype); self.send_header('Content-Length', str(len(body)))
+            self.end_headers(); self.wfile.write(body)
+    srv = http.server.ThreadingHTTPServer(('127.0.0.1', 0), functools.partial(Handler, directory=str(site)))
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    profile = tempfile.mkdtemp(prefix='chromium-')
+    try:
+        cmd = [exe, '--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update',
+               '--disable-sync', '--no-first-run', '--disable-dev-shm-usage', f'--user-data-dir={profile}',
+               '--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1',     # the CDN scripts (MathJax) fail at once, offline
+               '--dump-dom', f'http://127.0.0.1:{srv.server_address[1]}/__check__.html']
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 30)
+    finally:
+        done.set(); srv.shutdown(); srv.server_close(); shutil.rmtree(profile, ignore_errors=True)
+    if 'report' not in box: raise AssertionError(f"the checker page did not report (chromium rc={p.returncode}): {p.stderr[-2000:]}")
+    return box['report']
+
+def site_pages(site: Path) -> list:
+    return ['index.html'] + sorted(f'nbs/{p.name}' for p in (site/'nbs').glob('*.html'))
+
+@pytest.fixture(scope='module')
+def site(tmp_path_factory):
+    out = tmp_path_factory.mktemp('docs')/'_site'
+    subprocess.run([sys.executable, str(ROOT/'scripts'/'build_docs.py'), '--out', str(out), '--quiet'], check=True, timeout=300,
+                   env={**os.environ, 'OMP_NUM_THREADS': '1'})
+    return out
+
+def test_index_lists_every_chapter(site):
+    "One row per notebook, in reading order, with the title and description of its first markdown cell."
+    nbs = sorted(p.stem for p in (ROOT/'nbs').glob('*.ipynb'))
+    page = (site/'index.html').read_text()
+    listed = re.findall(r'<a href="nbs/([^"]+)\.html">', page)
+    assert listed == ['index'] + [n for n in nbs if n != 'index'], listed
+    for n in listed: assert (site/'nbs'/f'{n}.html').exists(), n
+    assert '>Federated engine</a>' in page and 'One round loop for every method' in page   # title and one line of 04_federated
+
+def test_images_and_links(site):
+    "Every image of every page loads and every internal link reaches a page (and its anchor)."
+    r = check_site(site, site_pages(site))
+    assert r['pages'] == len(site_pages(site)) and r['images'] > 0 and r['links'] > 0, r
+    assert not r['problems'], '\n'.join(r['problems'])
+
+def test_broken_site_fails(site, tmp_path):
+    "The check finds a missing linked figure, a corrupt embedded figure, a dead chapter link and a dead anchor (a broken copy of the site)."
+    bad = tmp_path/'site'; shutil.copytree(site, bad)
+    fig = next(bad.glob('results/**/*.png')); fig.unlink()
+    pages = [p for p in site_pages(bad) if fig.name in (bad/p).read_text()]
+    emb = next(p for p in site_pages(bad) if 'src="data:image/png;base64,iVBOR' in (bad/p).read_text())   # a figure kept as output
+    (bad/emb).write_text((bad/emb).read_text().replace('src="data:image/png;base64,iVBOR', 'src="data:image/png;base64,AAAAiVBOR', 1))
+    idx = bad/'index.html'
+    idx.write_text(idx.read_text().replace('href="nbs/00_etf.html"', 'href="nbs/00_nope.html"')
+                                  .replace('</body>', '<a href="nbs/04_federated.html#No-such-section">x</a></body>'))
+    probs = '\n'.join(check_site(bad, ['index.html', emb] + [p for p in pages if p != emb])['problems'])
+    assert f'image ../{fig.relative_to(bad)} does not load' in probs, probs
+    assert f'{emb}: image data:image/png;base64,AAAAiVBOR' in probs, probs
+    assert 'link nbs/00_nope.html -> no such page' in probs, probs
+    assert 'no anchor #No-such-section' in probs, probs

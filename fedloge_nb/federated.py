@@ -12,6 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from tqdm.auto import tqdm
+from fastcore.basics import patch
 from .datasets import atomic_write  # the one atomic file write (cache, results, checkpoints)
 from .guards import (_auto_device, save_json, save_csv, save_checkpoint, load_checkpoint, DivergenceError, check_finite,
                                check_device, RUN_FILES, lock_holder, check_folder, check_out, clear_run, run_lock, check_history)
@@ -62,33 +63,39 @@ class FedConfig:
     post_epochs: int | None = None     # matched post-training budget: local epochs of every method that adapts after training
     last_k: int = 3                    # summary also reports the mean of the last k evaluations (`*_lastk`)
 
-    def validate(self) -> 'FedConfig':
-        "Raise a ValueError naming the bad field and the fix."
-        if not (0 < self.frac <= 1): raise ValueError(f"frac={self.frac} is outside (0, 1]: use e.g. --frac 0.5 for half the clients per round")
-        if self.rounds < 1: raise ValueError(f"rounds={self.rounds}: need at least 1 round")
-        if self.clients < 1: raise ValueError(f"clients={self.clients}: need at least 1 client")
-        if self.local_epochs < 1: raise ValueError(f"local_epochs={self.local_epochs}: need at least 1")
-        if self.batch_size < 1: raise ValueError(f"batch_size={self.batch_size}: need at least 1")
-        if not self.lr > 0: raise ValueError(f"lr={self.lr}: the learning rate must be > 0")
-        if self.eval_every < 1 or self.ckpt_every < 1: raise ValueError("eval_every and ckpt_every must be >= 1")
-        if not (0 <= self.val_frac < 0.5): raise ValueError(f"val_frac={self.val_frac} is outside [0, 0.5): use e.g. --val_frac 0.1 (0 = no validation split)")
-        if self.post_epochs is not None and int(self.post_epochs) < 0: raise ValueError(f"post_epochs={self.post_epochs}: need >= 0 (or leave it unset for each method's own budget)")
-        if self.last_k < 1: raise ValueError(f"last_k={self.last_k}: need at least 1 evaluation to average")
-        return self
+# %% ../nbs/04_federated.ipynb #5e2cbffd
+@patch
+def validate(self: FedConfig) -> 'FedConfig':
+    "Raise a ValueError naming the bad field and the fix."
+    if not (0 < self.frac <= 1): raise ValueError(f"frac={self.frac} is outside (0, 1]: use e.g. --frac 0.5 for half the clients per round")
+    if self.rounds < 1: raise ValueError(f"rounds={self.rounds}: need at least 1 round")
+    if self.clients < 1: raise ValueError(f"clients={self.clients}: need at least 1 client")
+    if self.local_epochs < 1: raise ValueError(f"local_epochs={self.local_epochs}: need at least 1")
+    if self.batch_size < 1: raise ValueError(f"batch_size={self.batch_size}: need at least 1")
+    if not self.lr > 0: raise ValueError(f"lr={self.lr}: the learning rate must be > 0")
+    if self.eval_every < 1 or self.ckpt_every < 1: raise ValueError("eval_every and ckpt_every must be >= 1")
+    if not (0 <= self.val_frac < 0.5): raise ValueError(f"val_frac={self.val_frac} is outside [0, 0.5): use e.g. --val_frac 0.1 (0 = no validation split)")
+    if self.post_epochs is not None and int(self.post_epochs) < 0: raise ValueError(f"post_epochs={self.post_epochs}: need >= 0 (or leave it unset for each method's own budget)")
+    if self.last_k < 1: raise ValueError(f"last_k={self.last_k}: need at least 1 evaluation to average")
+    return self
 
-    def data_args(self) -> dict:
-        "Arguments of `make_fed_data` for this run."
-        return dict(dataset=self.dataset, imb_factor=self.imb_factor, alpha=self.alpha, clients=self.clients,
-                    partition=self.partition, classes_per_client=self.classes_per_client, min_size=self.min_size,
-                    seed=self.seed if self.data_seed is None else self.data_seed, shot_rule=self.shot_rule,
-                    max_per_class=self.max_per_class, test_max_per_class=self.test_max_per_class, val_frac=self.val_frac)
+# %% ../nbs/04_federated.ipynb #44e64fbb
+@patch
+def data_args(self: FedConfig) -> dict:
+    "Arguments of `make_fed_data` for this run."
+    return dict(dataset=self.dataset, imb_factor=self.imb_factor, alpha=self.alpha, clients=self.clients,
+                partition=self.partition, classes_per_client=self.classes_per_client, min_size=self.min_size,
+                seed=self.seed if self.data_seed is None else self.data_seed, shot_rule=self.shot_rule,
+                max_per_class=self.max_per_class, test_max_per_class=self.test_max_per_class, val_frac=self.val_frac)
 
-    def key(self) -> dict:
-        "The config minus run-location fields: two runs with equal keys must give equal numbers."
-        d = asdict(self); d.pop('device'); d.pop('eval_every'); d.pop('ckpt_every'); d.pop('last_k')
-        for k in ('val_frac', 'post_epochs'):              # fields added later: absent at their default, so older keys still match
-            if d[k] == getattr(FedConfig, k): d.pop(k)
-        return json.loads(json.dumps(d))
+# %% ../nbs/04_federated.ipynb #83551b99
+@patch
+def key(self: FedConfig) -> dict:
+    "The config minus run-location fields: two runs with equal keys must give equal numbers."
+    d = asdict(self); d.pop('device'); d.pop('eval_every'); d.pop('ckpt_every'); d.pop('last_k')
+    for k in ('val_frac', 'post_epochs'):              # fields added later: absent at their default, so older keys still match
+        if d[k] == getattr(FedConfig, k): d.pop(k)
+    return json.loads(json.dumps(d))
 
 # %% ../nbs/04_federated.ipynb #1024369d
 def derive_seed(seed: int, *tags) -> int:
@@ -135,6 +142,7 @@ class ClientData:
                     xb = augment_batch(xb, self.augment, generator=g)
                 yield xb, y[idx]
 
+# %% ../nbs/04_federated.ipynb #19a2b709
 def client_datasets(fed, device='cpu') -> list[ClientData]:
     "One `ClientData` per client of a `FedData`, tensors on `device`."
     out = []
@@ -165,7 +173,7 @@ def weighted_average(states: list[dict], weights) -> dict:
             out[key] = torch.round(sum(wi.item() * v.double() for wi, v in zip(w, vals))).to(vals[0].dtype)
     return out
 
-# %% ../nbs/04_federated.ipynb #791edc51
+# %% ../nbs/04_federated.ipynb #15edaabb
 @dataclass
 class ClientResult:
     "What a client sends back: shared state, its new private state, its sample count, its mean loss."
@@ -174,6 +182,7 @@ class ClientResult:
     n: int
     loss: float = float('nan')
 
+# %% ../nbs/04_federated.ipynb #081ef01b
 METHODS: dict = {}
 
 KINDS = {'generic': 'one generic model, also the model every client uses (PM may mask it to the local classes)',
@@ -188,6 +197,7 @@ def register(name: str):
         cls.name = name; METHODS[name] = cls; return cls
     return deco
 
+# %% ../nbs/04_federated.ipynb #9e3cf40e
 class Algorithm:
     "Base class of federated methods; the defaults implement FedAvg's hooks."
     name = 'base'
@@ -198,6 +208,7 @@ class Algorithm:
     primary_personal = 'global'
     revision = 0                      # bump when a code change alters the method's numbers: older results turn stale
     composable = False                # True (declared in the class body): a base that takes plug-ins (`BASE+PLUGIN`)
+    aggregate_uses_client_state = False   # True: `aggregate` reads `r.client_state` (then a Flower client uploads it too)
 
     def __init__(self, **hp):
         unknown = set(hp) - set(self.defaults)
@@ -205,103 +216,122 @@ class Algorithm:
         self.hp = {**self.defaults, **hp}
         self.device = torch.device('cpu')
 
-    # --- model ---
-    def build_net(self, fed, cfg: FedConfig) -> nn.Module:
-        "The server model, untrained (default: `models.make_net(cfg.model)` with a biased linear head)."
-        from fedloge_nb.models import make_net
-        return make_net(cfg.model, fed.num_classes, fed.in_channels, fed.img_size, bias=True)
+# %% ../nbs/04_federated.ipynb #54139a31
+@patch
+def build_net(self: Algorithm, fed, cfg: FedConfig) -> nn.Module:
+    "The server model, untrained (default: `models.make_net(cfg.model)` with a biased linear head)."
+    from fedloge_nb.models import make_net
+    return make_net(cfg.model, fed.num_classes, fed.in_channels, fed.img_size, bias=True)
 
-    def build(self, fed, cfg: FedConfig):
-        "Create `self.net` (`build_net`, on `self.device`) and `self.local` (the scratch copy clients train)."
-        self.net = self.build_net(fed, cfg).to(self.device)
-        self.local = copy.deepcopy(self.net)
+@patch
+def build(self: Algorithm, fed, cfg: FedConfig):
+    "Create `self.net` (`build_net`, on `self.device`) and `self.local` (the scratch copy clients train)."
+    self.net = self.build_net(fed, cfg).to(self.device)
+    self.local = copy.deepcopy(self.net)
 
-    def is_shared(self, key: str) -> bool:
-        "Is state-dict entry `key` of `self.net` aggregated by the server?"
-        return True
+@patch
+def is_shared(self: Algorithm, key: str) -> bool:
+    "Is state-dict entry `key` of `self.net` aggregated by the server?"
+    return True
 
-    def global_state(self) -> dict:
-        "The shared part of the server model (detached copies)."
-        return {k: v.detach().clone() for k, v in self.net.state_dict().items() if self.is_shared(k)}
+@patch
+def global_state(self: Algorithm) -> dict:
+    "The shared part of the server model (detached copies)."
+    return {k: v.detach().clone() for k, v in self.net.state_dict().items() if self.is_shared(k)}
 
-    def load_global(self, gstate: dict):
-        "Write an aggregated shared state into the server model."
-        self.net.load_state_dict(gstate, strict=False)
+@patch
+def load_global(self: Algorithm, gstate: dict):
+    "Write an aggregated shared state into the server model."
+    self.net.load_state_dict(gstate, strict=False)
 
-    def init_client_state(self, k: int, data: ClientData) -> dict:
-        "Private state of client k before round 1 (tensors only)."
-        return {}
+@patch
+def init_client_state(self: Algorithm, k: int, data: ClientData) -> dict:
+    "Private state of client k before round 1 (tensors only)."
+    return {}
 
-    # --- training ---
-    def train_forward(self, model, xb, yb, data: ClientData):
-        "Features h and training logits z of a batch: `(backbone(x), head(h))` for a backbone+head net, else `(None, model(x))`."
-        if hasattr(model, 'backbone') and hasattr(model, 'head'):
-            h = model.backbone(xb); return h, model.head(h)
-        return None, model(xb)
+# %% ../nbs/04_federated.ipynb #7f9c9eae
+@patch
+def train_forward(self: Algorithm, model, xb, yb, data: ClientData):
+    "Features h and training logits z of a batch: `(backbone(x), head(h))` for a backbone+head net, else `(None, model(x))`."
+    if hasattr(model, 'backbone') and hasattr(model, 'head'):
+        h = model.backbone(xb); return h, model.head(h)
+    return None, model(xb)
 
-    def loss(self, model, xb, yb, data: ClientData):
-        "Local objective (default: cross-entropy on the logits of `train_forward`)."
-        return F.cross_entropy(self.train_forward(model, xb, yb, data)[1], yb)
+@patch
+def loss(self: Algorithm, model, xb, yb, data: ClientData):
+    "Local objective (default: cross-entropy on the logits of `train_forward`)."
+    return F.cross_entropy(self.train_forward(model, xb, yb, data)[1], yb)
 
-    def client_update(self, gstate, cstate, data: ClientData, cfg: FedConfig, seed: int) -> ClientResult:
-        "Local training of one client (default: FedAvg's local SGD on `self.loss`)."
-        model = self.local
-        model.load_state_dict(gstate, strict=False)
-        loss = local_sgd(model, data, cfg, seed, lambda m, xb, yb: self.loss(m, xb, yb, data))
-        return ClientResult(shared(model, self.is_shared), cstate, len(data), loss)
+@patch
+def client_update(self: Algorithm, gstate, cstate, data: ClientData, cfg: FedConfig, seed: int) -> ClientResult:
+    "Local training of one client (default: FedAvg's local SGD on `self.loss`)."
+    model = self.local
+    model.load_state_dict(gstate, strict=False)
+    loss = local_sgd(model, data, cfg, seed, lambda m, xb, yb: self.loss(m, xb, yb, data))
+    return ClientResult(shared(model, self.is_shared), cstate, len(data), loss)
 
-    def aggregate(self, gstate: dict, results: list[ClientResult]) -> dict:
-        "Server update from the round's results (default: sample-weighted mean)."
-        return weighted_average([r.state for r in results], [r.n for r in results])
+@patch
+def aggregate(self: Algorithm, gstate: dict, results: list[ClientResult]) -> dict:
+    "Server update from the round's results (default: sample-weighted mean)."
+    return weighted_average([r.state for r in results], [r.n for r in results])
 
-    # --- inference ---
-    def global_logits(self, x) -> dict:
-        "Logits of the generic model, one entry per inference mode."
-        return {'global': self.net(x)}
+# %% ../nbs/04_federated.ipynb #3d5aea64
+@patch
+def global_logits(self: Algorithm, x) -> dict:
+    "Logits of the generic model, one entry per inference mode."
+    return {'global': self.net(x)}
 
-    def personal_logits(self, x, cstate: dict, data: ClientData) -> dict:
-        "Logits of client k's personalised model(s) (default: the generic model)."
-        return self.global_logits(x)
+@patch
+def personal_logits(self: Algorithm, x, cstate: dict, data: ClientData) -> dict:
+    "Logits of client k's personalised model(s) (default: the generic model)."
+    return self.global_logits(x)
 
-    aggregate_uses_client_state = False   # True: `aggregate` reads `r.client_state` (then a Flower client uploads it too)
+# %% ../nbs/04_federated.ipynb #c124214b
+@patch
+def finish_rounds(self: Algorithm, cfg: FedConfig) -> int:
+    "Number of post-training stages (each: `finish_client` on every client, then `finish_server`); default 0."
+    return 0
 
-    # --- after the last round: message stages (client -> server), composed by `finish` ---
-    def finish_rounds(self, cfg: FedConfig) -> int:
-        "Number of post-training stages (each: `finish_client` on every client, then `finish_server`); default 0."
-        return 0
+@patch
+def finish_client(self: Algorithm, stage: int, data: ClientData, cstate: dict, cfg: FedConfig, msg: dict) -> tuple[dict, dict]:
+    "Client side of post-training stage `stage` (sees the server model and `msg`): (new client state, report for the server)."
+    return cstate, {}
 
-    def finish_client(self, stage: int, data: ClientData, cstate: dict, cfg: FedConfig, msg: dict) -> tuple[dict, dict]:
-        "Client side of post-training stage `stage` (sees the server model and `msg`): (new client state, report for the server)."
-        return cstate, {}
+@patch
+def finish_server(self: Algorithm, stage: int, cfg: FedConfig, reports: dict) -> dict:
+    "Server side of stage `stage` from the reports `{k: report}` (client order); returns the message of the next stage."
+    return {}
 
-    def finish_server(self, stage: int, cfg: FedConfig, reports: dict) -> dict:
-        "Server side of stage `stage` from the reports `{k: report}` (client order); returns the message of the next stage."
-        return {}
+@patch
+def finish(self: Algorithm, fed, cfg: FedConfig, clients: list, client_states: list) -> list:
+    "After the last round: each of `finish_rounds` stages runs `finish_client` on every client (seeded per client), then `finish_server`."
+    out, msg = list(client_states), {}
+    for stage in range(self.finish_rounds(cfg)):
+        reports = {}
+        for d in clients:
+            torch.manual_seed(derive_seed(cfg.seed, 'finish', stage, d.k))
+            out[d.k], rep = self.finish_client(stage, d, out[d.k], cfg, msg)
+            if rep: reports[d.k] = rep
+        msg = self.finish_server(stage, cfg, reports) or {}
+    return out
 
-    def finish(self, fed, cfg: FedConfig, clients: list, client_states: list) -> list:
-        "After the last round: each of `finish_rounds` stages runs `finish_client` on every client (seeded per client), then `finish_server`."
-        out, msg = list(client_states), {}
-        for stage in range(self.finish_rounds(cfg)):
-            reports = {}
-            for d in clients:
-                torch.manual_seed(derive_seed(cfg.seed, 'finish', stage, d.k))
-                out[d.k], rep = self.finish_client(stage, d, out[d.k], cfg, msg)
-                if rep: reports[d.k] = rep
-            msg = self.finish_server(stage, cfg, reports) or {}
-        return out
+# %% ../nbs/04_federated.ipynb #57c4357e
+@patch
+def diagnostics(self: Algorithm, fed, clients: list, client_states: list) -> dict:
+    "Scalars (and lists, summary only) describing the model at an evaluation, e.g. classifier norms (default: none)."
+    return {}
 
-    def diagnostics(self, fed, clients: list, client_states: list) -> dict:
-        "Scalars (and lists, summary only) describing the model at an evaluation, e.g. classifier norms (default: none)."
-        return {}
+@patch(cls_method=True)
+def post_hp(cls: Algorithm, epochs: int) -> dict | None:
+    "Hyperparameters giving the post-training stage `epochs` local epochs; None: the method does not adapt after training."
+    return None
 
-    @classmethod
-    def post_hp(cls, epochs: int) -> dict | None:
-        "Hyperparameters giving the post-training stage `epochs` local epochs; None: the method does not adapt after training."
-        return None
+@patch
+def extra_state(self: Algorithm) -> dict: return {}
+@patch
+def load_extra_state(self: Algorithm, state: dict): pass
 
-    def extra_state(self) -> dict: return {}
-    def load_extra_state(self, state: dict): pass
-
+# %% ../nbs/04_federated.ipynb #595c98e1
 def shared(model: nn.Module, is_shared) -> dict:
     "Detached copies of the shared entries of `model`'s state dict."
     return {k: v.detach().clone() for k, v in model.state_dict().items() if is_shared(k)}
@@ -320,6 +350,7 @@ def local_sgd(model, data: ClientData, cfg: FedConfig, seed: int, loss_fn, param
         total += loss.item(); nb += 1
     return total / max(nb, 1)
 
+# %% ../nbs/04_federated.ipynb #76ee6742
 @register('fedavg')
 class FedAvg(Algorithm):
     "FedAvg (McMahan et al. 2017): local SGD, sample-weighted averaging of the whole model."
@@ -427,7 +458,7 @@ def make_algorithm(cfg: FedConfig) -> Algorithm:
     cls = get_method(cfg.method)
     return cls(**{**cfg.hp, **matched_hp(cls, cfg)})
 
-# %% ../nbs/04_federated.ipynb #f43d4329
+# %% ../nbs/04_federated.ipynb #134502b8
 @dataclass
 class RunResult:
     "Everything a finished run leaves: summary metrics, per-evaluation history, the trained method and client states."
@@ -438,6 +469,7 @@ class RunResult:
     fed: object
     clients: list
 
+# %% ../nbs/04_federated.ipynb #f4fdc050
 def last_k_means(history: list, final: dict, k: int) -> dict:
     "`{metric}_lastk`: mean of the last k evaluations, for every metric the post-training stage left unchanged."
     out = {}
@@ -452,12 +484,14 @@ def last_k_means(history: list, final: dict, k: int) -> dict:
         if vals: out[f'{m}_lastk'] = float(np.mean(vals))
     return out
 
+# %% ../nbs/04_federated.ipynb #f001015d
 def hp_key(algo) -> str:
     "The method's resolved hyperparameters (and its `revision` when > 0) as canonical JSON: a changed default or method must not resume silently."
     rev, added = type(algo).revision, getattr(type(algo), 'hp_added', {})   # hp_added: switches added later, left out at their default
     hp = {k: v for k, v in algo.hp.items() if not (k in added and v == added[k])}   # so checkpoints made before them still resume
     return json.dumps({**hp, '_revision': rev} if rev else hp, sort_keys=True, default=str)
 
+# %% ../nbs/04_federated.ipynb #2c59751d
 def _scalars(d: dict) -> dict: return {k: v for k, v in d.items() if not isinstance(v, (list, dict, tuple))}
 
 def _evaluate_all(algo, fed, clients, client_states) -> dict:
@@ -484,6 +518,7 @@ def _train_round(algo, cfg, clients, client_states, gstate, rnd):
     losses = [r.loss for r in results if not math.isnan(r.loss)]
     return gstate, (float(np.mean(losses)) if losses else float('nan')), len(results)
 
+# %% ../nbs/04_federated.ipynb #17c2023e
 def make_summary(cfg: FedConfig, fed, algo: Algorithm, final: dict, history: list, train_time: float, finish_time: float) -> dict:
     "The content of `summary.json` (before the `own_*` keys): final metrics, last-k means, timings, hp and config."
     return {'method': cfg.method, 'dataset': cfg.dataset, 'seed': cfg.seed, 'rounds': cfg.rounds, **final,
@@ -504,57 +539,44 @@ def start_run(algo: Algorithm, fed, cfg: FedConfig) -> tuple[list, list, dict]:
         client_states.append(algo.init_client_state(k, d))
     return clients, client_states, algo.global_state()
 
-def run_fl(cfg: FedConfig, fed=None, out=None, resume: bool = False, progress: bool = True, algo: Algorithm | None = None) -> RunResult:
-    "Train `cfg.method` on a federated dataset for `cfg.rounds` rounds and evaluate GM and PM."
-    cfg = cfg.validate()
-    check_device(cfg.device)
-    algo = make_algorithm(cfg) if algo is None else algo
-    if fed is None:
-        from fedloge_nb.data import make_fed_data
-        fed = make_fed_data(**cfg.data_args())
-    if len(fed.train_idx) != cfg.clients:
-        raise ValueError(f"the federated dataset has {len(fed.train_idx)} clients but cfg.clients={cfg.clients}")
-    out = Path(out) if out is not None else None
-    key = cfg.key()
-    if out is not None:
-        if (out/'config.json').exists():
-            old = json.loads((out/'config.json').read_text()).get('config')
-            if old != key:
-                diff = sorted(k for k in set(old or {}) | set(key) if (old or {}).get(k) != key.get(k))
-                raise ValueError(f"{out} holds a run with a different config (differs in {diff}); use another --out or delete the folder")
-        elif resume: raise FileNotFoundError(f"no run in {out} to resume (config.json missing): run without --resume")
-        save_json(out/'config.json', {'config': key, 'data': fed.config, 'device': cfg.device})
-    clients, client_states, gstate = start_run(algo, fed, cfg)
-    history, start, train_time = [], 0, 0.0
-    if resume:
-        if out is None: raise ValueError("resume=True needs an out folder")
-        ck = load_checkpoint(out/'checkpoint.pt')
-        if 'flower' in ck: raise ValueError(f"{out/'checkpoint.pt'} was written by --backend flower: resume it with --backend flower")
-        if ck.get('config') != json.dumps(key, sort_keys=True):
-            raise ValueError(f"{out/'checkpoint.pt'} was written by a different config; delete it or use another --out")
-        if 'hp' in ck and ck['hp'] != hp_key(algo):
-            raise ValueError(f"{out/'checkpoint.pt'} was trained with hyperparameters {ck['hp']}, but the method's current defaults give "
-                             f"{hp_key(algo)} (a default changed): pass the old values with --hp, or start over without --resume")
-        gstate, client_states, history, start = ck['global'], ck['clients'], ck['history'], ck['round']
-        train_time = ck.get('train_time', 0.0)
-        algo.load_global({k: v.to(algo.device) for k, v in gstate.items()})
-        gstate = algo.global_state()
-        client_states = [{k: v.to(algo.device) if isinstance(v, torch.Tensor) else v for k, v in cs.items()} for cs in client_states]
-        algo.load_extra_state(ck.get('extra', {}))
-    bar = tqdm(range(start + 1, cfg.rounds + 1), desc=f'{cfg.method}', disable=not progress, initial=start, total=cfg.rounds)
-    for rnd in bar:
-        t0 = time.perf_counter()
-        gstate, loss, n_clients = _train_round(algo, cfg, clients, client_states, gstate, rnd)
-        train_time += time.perf_counter() - t0
-        if rnd % cfg.eval_every == 0 or rnd == cfg.rounds:
-            m = _scalars(_evaluate_all(algo, fed, clients, client_states))
-            history.append({'round': rnd, 'train_loss': loss, 'clients': n_clients, 'train_time_s': round(train_time, 3), **m})
-            bar.set_postfix({k: f"{m[k]:.1f}" for k in ('gm_acc', 'pm_acc') if m.get(k) is not None})
-            if out is not None: save_csv(out/'history.csv', history)
-        if out is not None and (rnd % cfg.ckpt_every == 0 or rnd == cfg.rounds):
-            save_checkpoint(out/'checkpoint.pt', {'round': rnd, 'global': gstate, 'clients': client_states, 'history': history,
-                                                  'extra': algo.extra_state(), 'config': json.dumps(key, sort_keys=True), 'hp': hp_key(algo),
-                                                  'train_time': train_time})
+# %% ../nbs/04_federated.ipynb #6b4bf3dd
+def _open_out(out, cfg: FedConfig, fed, resume: bool):
+    "`out` as a Path, after checking it holds no run of another config (or, to resume, a run) and writing its `config.json`."
+    if out is None: return None
+    out, key = Path(out), cfg.key()
+    if (out/'config.json').exists():
+        old = json.loads((out/'config.json').read_text()).get('config')
+        if old != key:
+            diff = sorted(k for k in set(old or {}) | set(key) if (old or {}).get(k) != key.get(k))
+            raise ValueError(f"{out} holds a run with a different config (differs in {diff}); use another --out or delete the folder")
+    elif resume: raise FileNotFoundError(f"no run in {out} to resume (config.json missing): run without --resume")
+    save_json(out/'config.json', {'config': key, 'data': fed.config, 'device': cfg.device})
+    return out
+
+def _checkpoint(out, rnd, gstate, client_states, history, algo, cfg, train_time):
+    "Write `checkpoint.pt`: everything a resumed run needs to continue after round `rnd`."
+    save_checkpoint(out/'checkpoint.pt', {'round': rnd, 'global': gstate, 'clients': client_states, 'history': history,
+                                          'extra': algo.extra_state(), 'config': json.dumps(cfg.key(), sort_keys=True),
+                                          'hp': hp_key(algo), 'train_time': train_time})
+
+def _resume(out, cfg: FedConfig, algo) -> tuple:
+    "(global state, client states, history, round, train time) from `out/checkpoint.pt`, refused when config or hp differ."
+    if out is None: raise ValueError("resume=True needs an out folder")
+    ck = load_checkpoint(out/'checkpoint.pt')
+    if 'flower' in ck: raise ValueError(f"{out/'checkpoint.pt'} was written by --backend flower: resume it with --backend flower")
+    if ck.get('config') != json.dumps(cfg.key(), sort_keys=True):
+        raise ValueError(f"{out/'checkpoint.pt'} was written by a different config; delete it or use another --out")
+    if 'hp' in ck and ck['hp'] != hp_key(algo):
+        raise ValueError(f"{out/'checkpoint.pt'} was trained with hyperparameters {ck['hp']}, but the method's current defaults give "
+                         f"{hp_key(algo)} (a default changed): pass the old values with --hp, or start over without --resume")
+    algo.load_global({k: v.to(algo.device) for k, v in ck['global'].items()})
+    client_states = [{k: v.to(algo.device) if isinstance(v, torch.Tensor) else v for k, v in cs.items()} for cs in ck['clients']]
+    algo.load_extra_state(ck.get('extra', {}))
+    return algo.global_state(), client_states, ck['history'], ck['round'], ck.get('train_time', 0.0)
+
+# %% ../nbs/04_federated.ipynb #40df53d8
+def _finish(algo, fed, cfg: FedConfig, clients, client_states, history, train_time) -> tuple[list, dict]:
+    "The post-training stages, the final evaluation and the summary (plus `own_*`: the method's own post-training budget, with `--post_epochs`)."
     own = None
     if matched_hp(type(algo), cfg):                  # keep the pre-finish state: the method's own post-training budget runs on it too
         own = copy.deepcopy(algo), copy.deepcopy(client_states)
@@ -572,6 +594,36 @@ def run_fl(cfg: FedConfig, fed=None, out=None, resume: bool = False, progress: b
         ostates = oalgo.finish(fed, cfg, clients, ostates)
         summary.update({f'own_{k}': v for k, v in _scalars(_evaluate_all(oalgo, fed, clients, ostates)).items()})
         summary['own_hp'] = oalgo.hp
+    return client_states, summary
+
+# %% ../nbs/04_federated.ipynb #f43d4329
+def run_fl(cfg: FedConfig, fed=None, out=None, resume: bool = False, progress: bool = True, algo: Algorithm | None = None) -> RunResult:
+    "Train `cfg.method` on a federated dataset for `cfg.rounds` rounds and evaluate GM and PM."
+    cfg = cfg.validate()
+    check_device(cfg.device)
+    algo = make_algorithm(cfg) if algo is None else algo
+    if fed is None:
+        from fedloge_nb.data import make_fed_data
+        fed = make_fed_data(**cfg.data_args())
+    if len(fed.train_idx) != cfg.clients:
+        raise ValueError(f"the federated dataset has {len(fed.train_idx)} clients but cfg.clients={cfg.clients}")
+    out = _open_out(out, cfg, fed, resume)
+    clients, client_states, gstate = start_run(algo, fed, cfg)
+    history, start, train_time = [], 0, 0.0
+    if resume: gstate, client_states, history, start, train_time = _resume(out, cfg, algo)
+    bar = tqdm(range(start + 1, cfg.rounds + 1), desc=f'{cfg.method}', disable=not progress, initial=start, total=cfg.rounds)
+    for rnd in bar:
+        t0 = time.perf_counter()
+        gstate, loss, n_clients = _train_round(algo, cfg, clients, client_states, gstate, rnd)
+        train_time += time.perf_counter() - t0
+        if rnd % cfg.eval_every == 0 or rnd == cfg.rounds:
+            m = _scalars(_evaluate_all(algo, fed, clients, client_states))
+            history.append({'round': rnd, 'train_loss': loss, 'clients': n_clients, 'train_time_s': round(train_time, 3), **m})
+            bar.set_postfix({k: f"{m[k]:.1f}" for k in ('gm_acc', 'pm_acc') if m.get(k) is not None})
+            if out is not None: save_csv(out/'history.csv', history)
+        if out is not None and (rnd % cfg.ckpt_every == 0 or rnd == cfg.rounds):
+            _checkpoint(out, rnd, gstate, client_states, history, algo, cfg, train_time)
+    client_states, summary = _finish(algo, fed, cfg, clients, client_states, history, train_time)
     if out is not None:
         if history: save_csv(out/'history.csv', history)
         save_json(out/'summary.json', summary)

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from fastcore.basics import patch
 from .datasets import (ArrayData, CACHE_VERSION, DATASETS, DataMissingError, DatasetInfo, FMNIST_FILES,
                                  IMG_EXTS, arrays_from_train_test, cache_path, data_root, fmnist_source_dir,
                                  load_dataset, load_folder, prepare_fmnist_raw, atomic_write, _build_synthetic,
@@ -35,13 +36,14 @@ _all_ = ['long_tail_counts', 'long_tail_indices', 'dirichlet_partition', 'iid_pa
          'arrays_from_train_test', 'cache_path', 'data_root', 'fmnist_source_dir', 'load_dataset', 'load_folder',
          'prepare_fmnist_raw']
 
-# %% ../nbs/02b_data.ipynb #1af24208
+# %% ../nbs/02b_data.ipynb #ab8474cc
 PARTITIONS = ('dirichlet', 'iid', 'shard')
 
 def _stage_seed(seed: int, stage: str) -> int:
     "An independent 32-bit seed for one random stage of `make_fed_data`, derived from (seed, stage)."
     return int(np.random.SeedSequence([seed, int.from_bytes(stage.encode(), 'little') % (1 << 63)]).generate_state(1)[0])
 
+# %% ../nbs/02b_data.ipynb #c689c846
 @dataclass(repr=False)
 class FedData:
     "A federated long-tailed dataset: long-tailed train set split over K clients, balanced test set, local test sets, shot groups."
@@ -75,20 +77,27 @@ class FedData:
     def local_test_counts(self) -> torch.Tensor:
         "(K, C) local test counts."
         return partition_counts(self.test_idx, self.y_test, self.num_classes)
-    def client_train(self, k) -> tuple[torch.Tensor, torch.Tensor]:
-        "Training images and labels of client k."
-        i = self.train_idx[k]; return self.x_train[i], self.y_train[i]
-    def client_test(self, k) -> tuple[torch.Tensor, torch.Tensor]:
-        "Local test images and labels of client k."
-        i = self.test_idx[k]; return self.x_test[i], self.y_test[i]
-    def client_val(self, k) -> tuple[torch.Tensor, torch.Tensor]:
-        "Local validation images and labels of client k (held out from its training data)."
-        i = self.val_idx[k]; return self.x_train[i], self.y_train[i]
     def __repr__(self):
         return (f"FedData({self.name}: {len(self.y_train)} train over {self.clients} clients, {len(self.y_test)} test, "
                 f"{self.num_classes} classes, {self.in_channels}x{self.img_size}x{self.img_size})")
 
-# %% ../nbs/02b_data.ipynb #970c16c5
+# %% ../nbs/02b_data.ipynb #b3c7b88e
+@patch
+def client_train(self: FedData, k) -> tuple[torch.Tensor, torch.Tensor]:
+    "Training images and labels of client k."
+    i = self.train_idx[k]; return self.x_train[i], self.y_train[i]
+
+@patch
+def client_test(self: FedData, k) -> tuple[torch.Tensor, torch.Tensor]:
+    "Local test images and labels of client k."
+    i = self.test_idx[k]; return self.x_test[i], self.y_test[i]
+
+@patch
+def client_val(self: FedData, k) -> tuple[torch.Tensor, torch.Tensor]:
+    "Local validation images and labels of client k (held out from its training data)."
+    i = self.val_idx[k]; return self.x_train[i], self.y_train[i]
+
+# %% ../nbs/02b_data.ipynb #857ce06b
 def _fmt_groups(shots, counts) -> str:
     "Shot groups as 'many [0, 1] (n=...)' text."
     out = []
@@ -98,7 +107,9 @@ def _fmt_groups(shots, counts) -> str:
         out.append(f"{g} {len(ids)} classes {show} ({int(counts[shots[g]].sum()):,} train)")
     return '; '.join(out)
 
-def _summary(self: FedData) -> str:
+# %% ../nbs/02b_data.ipynb #559d7e79
+@patch
+def summary(self: FedData) -> str:
     "Multi-line text summary of the split."
     c, cc, tc = self.config, self.client_counts, self.local_test_counts
     sizes, tsizes = cc.sum(1), tc.sum(1)
@@ -118,7 +129,9 @@ def _summary(self: FedData) -> str:
         f"cap={c['local_test_cap']})",
         f"shot groups ({rule}): {_fmt_groups(self.shots, self.class_counts)}"])
 
-def _plot_partition(self: FedData, ax=None, annotate=None, cmap='viridis'):
+# %% ../nbs/02b_data.ipynb #0473b824
+@patch
+def plot_partition(self: FedData, ax=None, annotate=None, cmap='viridis'):
     "Heatmap of training counts, clients x classes (log colour scale; blank = 0)."
     import matplotlib.pyplot as plt
     from matplotlib.colors import LogNorm
@@ -139,7 +152,9 @@ def _plot_partition(self: FedData, ax=None, annotate=None, cmap='viridis'):
                  + f", K={self.clients}", fontsize=10)
     return ax
 
-def _plot_long_tail(self: FedData, ax=None):
+# %% ../nbs/02b_data.ipynb #3f91ed95
+@patch
+def plot_long_tail(self: FedData, ax=None):
     "Global training class counts (log scale) coloured by shot group, with the exponential profile and the test counts."
     import matplotlib.pyplot as plt
     if ax is None: _, ax = plt.subplots(figsize=(6, 3.5))
@@ -160,8 +175,6 @@ def _plot_long_tail(self: FedData, ax=None):
     ax.set_title(f"{self.name}-LT IF={self.config['imb_factor']}: {int(n.sum()):,} train images, shot rule '{self.shot_rule}'", fontsize=10)
     ax.legend(handles=handles + ax.get_legend_handles_labels()[0], fontsize=7, loc='upper right')
     return ax
-
-FedData.summary, FedData.plot_partition, FedData.plot_long_tail = _summary, _plot_partition, _plot_long_tail
 
 # %% ../nbs/02b_data.ipynb #a46d89b2
 def balanced_holdout(y: torch.Tensor, per_class: int, seed: int, num_classes: int | None = None) -> torch.LongTensor:
@@ -189,13 +202,12 @@ def stratified_holdout(parts: list, y: torch.Tensor, frac: float, seed: int) -> 
         tr.append(torch.cat(keep).sort().values if keep else idx[:0]); va.append(torch.cat(held).sort().values if held else idx[:0])
     return tr, va
 
-# %% ../nbs/02b_data.ipynb #0494e28b
-def make_fed_data(dataset='fmnist', imb_factor=100, alpha=0.5, clients=20, partition='dirichlet', classes_per_client=2,
-                  min_size=None, seed=0, root=None, shot_rule='fedloge', max_per_class=None, test_max_per_class=None,
-                  local_test_cap='scale', dataset_kwargs=None, val_frac=0.0) -> FedData:
-    "Build the Fed-LT split: long-tailed train subset, non-IID partition over `clients`, local test sets, shot groups."
+# %% ../nbs/02b_data.ipynb #5f4e4581
+def _check_fed_args(dataset, imb_factor, alpha, clients, partition, seed, shot_rule, max_per_class, test_max_per_class,
+                    local_test_cap, val_frac) -> tuple[str, int, int]:
+    "Validate the arguments of `make_fed_data` before any data is loaded: (dataset key, seed, K)."
     key = _dataset_key(dataset)
-    f = check_imb_factor(imb_factor)
+    check_imb_factor(imb_factor)
     if partition not in PARTITIONS: raise ValueError(f"unknown partition {partition!r}; use one of {PARTITIONS}")
     if partition == 'dirichlet': _check_alpha(alpha)
     if shot_rule not in SHOT_RULES: raise ValueError(f"unknown shot_rule {shot_rule!r}; use one of {SHOT_RULES}")
@@ -204,31 +216,59 @@ def make_fed_data(dataset='fmnist', imb_factor=100, alpha=0.5, clients=20, parti
     if not (0 <= float(val_frac) < 0.5): raise ValueError(f"val_frac={val_frac} is outside [0, 0.5): use e.g. --val_frac 0.1 (0 = no validation split)")
     for v, nm in ((max_per_class, 'max_per_class'), (test_max_per_class, 'test_max_per_class')):
         if v is not None: _int_arg(v, nm, 1)
-    train, test = load_dataset(key, root, **(dataset_kwargs or {}))
-    C = train.num_classes
-    xtr, ytr, xte, yte = train.x, train.y, test.x, test.y
-    if max_per_class is not None:
-        i = per_class_subsample(ytr, max_per_class, _stage_seed(seed, 'train_subsample')); xtr, ytr = xtr[i], ytr[i]
-    if test_max_per_class is not None:
-        i = per_class_subsample(yte, test_max_per_class, _stage_seed(seed, 'test_subsample')); xte, yte = xte[i], yte[i]
-    xva = yva = None
-    if val_frac > 0:                                                   # balanced global validation set, before the long tail
-        per = max(1, int(round(val_frac * int(torch.bincount(yte, minlength=C).min()))))
-        hv = balanced_holdout(ytr, per, _stage_seed(seed, 'global_val'), C)
-        rest = torch.ones(len(ytr), dtype=torch.bool); rest[hv] = False
-        xva, yva, xtr, ytr = xtr[hv], ytr[hv], xtr[rest], ytr[rest]
-    lt = long_tail_indices(ytr, f, seed=_stage_seed(seed, 'long_tail'), num_classes=C)
+    return key, seed, K
+
+# %% ../nbs/02b_data.ipynb #b9ea43d4
+def _cap_per_class(x, y, max_per_class, seed: int, stage: str):
+    "At most `max_per_class` images of each class of (x, y), drawn from the stream of `stage` (None: all of them)."
+    if max_per_class is None: return x, y
+    i = per_class_subsample(y, max_per_class, _stage_seed(seed, stage)); return x[i], y[i]
+
+# %% ../nbs/02b_data.ipynb #b2a57e60
+def _split_global_val(xtr, ytr, yte, val_frac, seed: int, C: int):
+    "(x_val, y_val, x_train, y_train): a class-balanced global validation set held out of the raw training images (None, None without `val_frac`)."
+    if not val_frac > 0: return None, None, xtr, ytr
+    per = max(1, int(round(val_frac * int(torch.bincount(yte, minlength=C).min()))))
+    hv = balanced_holdout(ytr, per, _stage_seed(seed, 'global_val'), C)
+    rest = torch.ones(len(ytr), dtype=torch.bool); rest[hv] = False
+    return xtr[hv], ytr[hv], xtr[rest], ytr[rest]
+
+# %% ../nbs/02b_data.ipynb #c444a62e
+def _long_tail_split(xtr, ytr, imb_factor, seed: int, C: int):
+    "(x, y, class counts) of the long-tailed training subset, with a warning when a class is left without images."
+    lt = long_tail_indices(ytr, imb_factor, seed=_stage_seed(seed, 'long_tail'), num_classes=C)
     xtr, ytr = xtr[lt], ytr[lt]
     class_counts = torch.bincount(ytr, minlength=C)
     if (class_counts == 0).any():
         warnings.warn(f"classes {torch.nonzero(class_counts == 0).flatten().tolist()} have no training images at IF={imb_factor} "
                       f"(n_max={int(class_counts.max())}); use a smaller imb_factor or a larger max_per_class")
+    return xtr, ytr, class_counts
+
+# %% ../nbs/02b_data.ipynb #ed20eb98
+def _split_clients(ytr, K: int, partition: str, alpha, min_size, classes_per_client, seed: int, C: int):
+    "(client index sets, resolved min_size): the split of the long-tailed training set over K clients."
     ps = _stage_seed(seed, 'partition')
     if partition == 'dirichlet':
         min_size = min(10, len(ytr) // (2 * K)) if min_size is None else min_size
         parts = dirichlet_partition(ytr, K, alpha, seed=ps, min_size=min_size, num_classes=C)
     elif partition == 'iid': parts = iid_partition(ytr, K, seed=ps)
     else: parts = shard_partition(ytr, K, classes_per_client, seed=ps, num_classes=C)
+    return parts, min_size
+
+# %% ../nbs/02b_data.ipynb #be38fcbb
+def make_fed_data(dataset='fmnist', imb_factor=100, alpha=0.5, clients=20, partition='dirichlet', classes_per_client=2,
+                  min_size=None, seed=0, root=None, shot_rule='fedloge', max_per_class=None, test_max_per_class=None,
+                  local_test_cap='scale', dataset_kwargs=None, val_frac=0.0) -> FedData:
+    "Build the Fed-LT split: long-tailed train subset, non-IID partition over `clients`, local test sets, shot groups."
+    key, seed, K = _check_fed_args(dataset, imb_factor, alpha, clients, partition, seed, shot_rule, max_per_class,
+                                   test_max_per_class, local_test_cap, val_frac)
+    train, test = load_dataset(key, root, **(dataset_kwargs or {}))
+    C = train.num_classes
+    xtr, ytr = _cap_per_class(train.x, train.y, max_per_class, seed, 'train_subsample')
+    xte, yte = _cap_per_class(test.x, test.y, test_max_per_class, seed, 'test_subsample')
+    xva, yva, xtr, ytr = _split_global_val(xtr, ytr, yte, val_frac, seed, C)
+    xtr, ytr, class_counts = _long_tail_split(xtr, ytr, imb_factor, seed, C)
+    parts, min_size = _split_clients(ytr, K, partition, alpha, min_size, classes_per_client, seed, C)
     vidx = None
     if val_frac > 0:                                                   # stratified local validation sets
         parts, vidx = stratified_holdout(parts, ytr, float(val_frac), _stage_seed(seed, 'local_val'))

@@ -45,7 +45,7 @@ def atomic_write(path, data: bytes | str | Callable) -> Path:
         raise
     return path
 
-# %% ../nbs/02_datasets.ipynb #5e71507a
+# %% ../nbs/02_datasets.ipynb #6a423cf9
 @dataclass
 class ArrayData:
     "One in-memory split: float32 images x (N, C, H, W) normalised once, int64 labels y (N,), class names."
@@ -74,6 +74,7 @@ class ArrayData:
     def __repr__(self):
         return f"ArrayData(N={len(self)}, x={tuple(self.x.shape)}, classes={self.num_classes})"
 
+# %% ../nbs/02_datasets.ipynb #d1784030
 def _u8_stats(x: torch.Tensor) -> tuple[list, list]:
     "Exact per-channel mean/std (in [0, 1] units) of a uint8 (N, C, H, W) tensor via a 256-bin histogram."
     v = torch.arange(256, dtype=torch.float64) / 255
@@ -84,6 +85,7 @@ def _u8_stats(x: torch.Tensor) -> tuple[list, list]:
         means.append(m.item()); stds.append(((h * (v - m) ** 2).sum() / n).sqrt().item())
     return means, stds
 
+# %% ../nbs/02_datasets.ipynb #9f2e9ea4
 def _normalise(x: torch.Tensor, mean, std) -> torch.Tensor:
     "float32 (x[/255 if uint8] - mean) / std per channel."
     scale = 255.0 if x.dtype == torch.uint8 else 1.0
@@ -91,6 +93,7 @@ def _normalise(x: torch.Tensor, mean, std) -> torch.Tensor:
     s = torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1) * scale
     return x.to(torch.float32).sub_(m).div_(s)
 
+# %% ../nbs/02_datasets.ipynb #a9dfdec6
 def arrays_from_train_test(x_train, y_train, x_test, y_test, classes) -> tuple[ArrayData, ArrayData]:
     "Normalise raw images (uint8 or float, (N, C, H, W)) with the train split's per-channel statistics."
     if x_train.dtype == torch.uint8: mean, std = _u8_stats(x_train)
@@ -102,19 +105,21 @@ def arrays_from_train_test(x_train, y_train, x_test, y_test, classes) -> tuple[A
     return (ArrayData(_normalise(x_train, mean, std), y_train, classes, mean, std),
             ArrayData(_normalise(x_test, mean, std), y_test, classes, mean, std))
 
-# %% ../nbs/02_datasets.ipynb #18aef461
+# %% ../nbs/02_datasets.ipynb #699f071a
 CACHE_VERSION = 1
 
 def cache_path(name: str, root=None) -> Path:
     "Where the normalised tensors of dataset `name` are cached."
     return data_root(root) / f'{name}.pt'
 
+# %% ../nbs/02_datasets.ipynb #d6fad8db
 def _checksum(t: torch.Tensor) -> str:
     "BLAKE2b digest of a tensor's bytes (exact; ~0.25 s for the 188 MB of Fashion-MNIST's training images)."
     return hashlib.blake2b(t.contiguous().numpy(), digest_size=16).hexdigest()
 
 _SPLITS = ('x_train', 'y_train', 'x_test', 'y_test')
 
+# %% ../nbs/02_datasets.ipynb #db18bd76
 def _save_cache(path, name, train: ArrayData, test: ArrayData):
     "Write the cache file atomically."
     d = dict(version=CACHE_VERSION, name=name, classes=train.classes, mean=train.mean, std=train.std,
@@ -132,6 +137,7 @@ def _load_cache(path, name) -> tuple[ArrayData, ArrayData]:
     return (ArrayData(d['x_train'], d['y_train'], d['classes'], d['mean'], d['std']),
             ArrayData(d['x_test'], d['y_test'], d['classes'], d['mean'], d['std']))
 
+# %% ../nbs/02_datasets.ipynb #f1f0742a
 def _cached(name, root, build: Callable, refresh=False) -> tuple[ArrayData, ArrayData]:
     "Load dataset `name` from its cache under `root`, or `build()` it and write the cache (rebuilding a bad cache)."
     path = cache_path(name, root)
@@ -144,7 +150,7 @@ def _cached(name, root, build: Callable, refresh=False) -> tuple[ArrayData, Arra
     except OSError as e: warnings.warn(f"could not write the dataset cache {path} ({e}); continuing without it")
     return train, test
 
-# %% ../nbs/02_datasets.ipynb #7282c1e7
+# %% ../nbs/02_datasets.ipynb #bf416c30
 FMNIST_FILES = ('train-images-idx3-ubyte', 'train-labels-idx1-ubyte', 't10k-images-idx3-ubyte', 't10k-labels-idx1-ubyte')
 
 def fmnist_source_dir() -> Path:
@@ -157,6 +163,7 @@ def _gunzip(src: Path) -> Callable:
         with gzip.open(src, 'rb') as g: shutil.copyfileobj(g, f, 1 << 20)
     return write
 
+# %% ../nbs/02_datasets.ipynb #5ed08d6b
 def prepare_fmnist_raw(root=None, download=False) -> Path:
     "Make <root>/FashionMNIST/raw hold the 4 decompressed idx files (from the Debian .gz files, or a torchvision download)."
     root = data_root(root); raw = root / 'FashionMNIST' / 'raw'
@@ -179,6 +186,7 @@ def prepare_fmnist_raw(root=None, download=False) -> Path:
         f"`apt-get install dataset-fashion-mnist` (or `make data`), point $FEDLOGE_FMNIST_DIR at a folder holding the four "
         f"*-ubyte.gz files, or pass download=True where a network exists")
 
+# %% ../nbs/02_datasets.ipynb #3a7cfb36
 def _build_fmnist(root, download=False) -> tuple[ArrayData, ArrayData]:
     "Fashion-MNIST via torchvision's reader on the decompressed raw files (re-extracted once if unreadable)."
     import torchvision
@@ -240,7 +248,7 @@ def _build_synthetic(root=None, download=False, num_classes=10, n_train=500, n_t
     (xtr, ytr), (xte, yte) = draw(ntr), draw(nte)
     return arrays_from_train_test(xtr, ytr, xte, yte, [f'class{c}' for c in range(C)])
 
-# %% ../nbs/02_datasets.ipynb #841db924
+# %% ../nbs/02_datasets.ipynb #88c279d9
 IMG_EXTS = ('.png', '.jpg', '.jpeg', '.bmp', '.gif', '.tif', '.tiff', '.webp', '.ppm', '.pgm')
 
 def _read_images(paths, img_size: int, channels: int) -> torch.Tensor:
@@ -256,6 +264,7 @@ def _read_images(paths, img_size: int, channels: int) -> torch.Tensor:
         out[i] = a.reshape(img_size, img_size, channels)
     return torch.from_numpy(out).permute(0, 3, 1, 2).contiguous()
 
+# %% ../nbs/02_datasets.ipynb #6dbb8cb8
 def _scan_folder(d: Path, classes=None) -> tuple[list, list, list]:
     "Image paths, labels and class names of an image folder d/<class>/<image>."
     names = sorted(p.name for p in d.iterdir() if p.is_dir())
@@ -269,6 +278,7 @@ def _scan_folder(d: Path, classes=None) -> tuple[list, list, list]:
         paths += files; labels += [c] * len(files)
     return paths, labels, classes
 
+# %% ../nbs/02_datasets.ipynb #d1764460
 def _read_list(f: Path, root: Path) -> tuple[list, list]:
     "Paths and int labels of a `path label` file list."
     paths, labels = [], []
@@ -281,6 +291,7 @@ def _read_list(f: Path, root: Path) -> tuple[list, list]:
         paths.append(Path(parts[0]) if Path(parts[0]).is_absolute() else root / parts[0]); labels.append(int(parts[1]))
     return paths, labels
 
+# %% ../nbs/02_datasets.ipynb #da0aea0e
 def load_folder(root, img_size=32, channels=3, train=None, test=None) -> tuple[ArrayData, ArrayData]:
     "Train/test ArrayData from an image folder (root/train/<class>/*) or file lists (root/train.txt: `path label`)."
     root = Path(root).expanduser()

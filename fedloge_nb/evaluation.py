@@ -13,14 +13,16 @@ import torch.nn as nn
 __all__ = ['group_accuracy', 'eval_mode', 'evaluate_global', 'client_scores', 'personal_scores', 'val_view', 'evaluate',
            'forward_batched']
 
-# %% ../nbs/03b_evaluation.ipynb #beeaf7d5
+# %% ../nbs/03b_evaluation.ipynb #9b9b1325
 @torch.no_grad()
 def _predict(fn, x, bs=2048) -> dict:
+    "Top-1 predictions `{mode: labels}` of `fn` (images -> `{mode: logits}`) on `x`, in batches of `bs` rows."
     outs = {}
     for i in range(0, len(x), bs):
         for m, lg in fn(x[i:i + bs]).items(): outs.setdefault(m, []).append(lg.argmax(1))
     return {m: torch.cat(v) for m, v in outs.items()}
 
+# %% ../nbs/03b_evaluation.ipynb #566bf9d7
 def group_accuracy(pred, y, shots: dict) -> dict:
     "Top-1 accuracy overall and per shot group (NaN for an empty group)."
     out = {'acc': (pred == y).float().mean().item() if len(y) else float('nan')}
@@ -29,6 +31,7 @@ def group_accuracy(pred, y, shots: dict) -> dict:
         out[g] = (pred[m] == y[m]).float().mean().item() if m.any() else float('nan')
     return out
 
+# %% ../nbs/03b_evaluation.ipynb #265beda9
 @contextlib.contextmanager
 def eval_mode(algo):
     "Put every nn.Module attribute of `algo` in eval mode; restore each one's train/eval flag on exit."
@@ -39,6 +42,7 @@ def eval_mode(algo):
     finally:
         for m, t in zip(nets, modes): m.train(t)
 
+# %% ../nbs/03b_evaluation.ipynb #c1d77cff
 def evaluate_global(algo: Algorithm, fed, bs: int = 2048) -> dict:
     "GM: accuracy (+ many/med/few) of every generic inference mode on the balanced test set of `fed`, in % (None without a generic model)."
     res = {}
@@ -53,6 +57,7 @@ def evaluate_global(algo: Algorithm, fed, bs: int = 2048) -> dict:
             if mode == algo.primary_global: res[f'gm_acc_{mode}'] = res['gm_acc']
     return res
 
+# %% ../nbs/03b_evaluation.ipynb #55ac0ecd
 def client_scores(algo: Algorithm, d: ClientData, cstate: dict, bs: int = 2048) -> dict:
     "Client side of PM: `{mode: (accuracy in [0, 1], local test size)}` of its personalised model(s) on its local test set ({} if empty)."
     if len(d.y_test) == 0: return {}
@@ -60,6 +65,7 @@ def client_scores(algo: Algorithm, d: ClientData, cstate: dict, bs: int = 2048) 
         preds = _predict(lambda xb: algo.personal_logits(xb, cstate, d), d.x_test, bs)
     return {mode: ((pred == d.y_test).float().mean().item(), len(d.y_test)) for mode, pred in preds.items()}
 
+# %% ../nbs/03b_evaluation.ipynb #b37523a5
 def personal_scores(algo: Algorithm, scores: list) -> dict:
     "PM from the clients' `client_scores`, in client order: unweighted and test-size-weighted means per mode, in %."
     per, res = {}, {}
@@ -75,11 +81,13 @@ def personal_scores(algo: Algorithm, scores: list) -> dict:
     res['pm_clients'] = len(per.get(algo.primary_personal, []))
     return res
 
+# %% ../nbs/03b_evaluation.ipynb #e6ba3ad7
 def val_view(fed, clients: list):
     "`fed` and `clients` with the validation data in the place of the test data (for `split='val'`)."
     return (dataclasses.replace(fed, x_test=fed.x_val, y_test=fed.y_val),
             [dataclasses.replace(d, x_test=d.x_val, y_test=d.y_val) for d in clients])
 
+# %% ../nbs/03b_evaluation.ipynb #dd4eabbd
 def evaluate(algo: Algorithm, fed, clients: list, client_states: list, bs: int = 2048, split: str = 'test') -> dict:
     "GM (+ many/med/few) and PM (unweighted and weighted) accuracy for every inference mode, in %; `split='val'`: on validation data, keys `val_*`."
     if split == 'val':
@@ -90,7 +98,6 @@ def evaluate(algo: Algorithm, fed, clients: list, client_states: list, bs: int =
     res = evaluate_global(algo, fed, bs)
     res.update(personal_scores(algo, [client_scores(algo, d, cs, bs) for d, cs in zip(clients, client_states)]))
     return res
-
 
 # %% ../nbs/03b_evaluation.ipynb #e0245a00
 @torch.no_grad()

@@ -68,15 +68,12 @@ def load_checkpoint(path) -> dict:
         raise ValueError(f"checkpoint {path} is corrupted or not a fedloge_nb checkpoint ({type(e).__name__}: {e}); "
                          f"delete it and run without --resume") from None
 
-# %% ../nbs/03a_guards.ipynb #5cbe1a1c
-def _auto_device(device: str | None) -> str:
-    if device in (None, '', 'auto'): return 'cuda' if torch.cuda.is_available() else 'cpu'
-    return str(device)
-
+# %% ../nbs/03a_guards.ipynb #5c80f9be
 class DivergenceError(RuntimeError):
     "Training produced a non-finite loss or state: the run stops and its last good checkpoint stays on disk."
 
 def _nonfinite(state, name: str = '') -> str | None:
+    "Dotted path of the first float tensor in `state` (nested dicts, lists, tuples) holding a NaN or inf; None if all finite."
     if isinstance(state, torch.Tensor):
         return (name or 'tensor') if state.is_floating_point() and not bool(torch.isfinite(state).all()) else None
     items = state.items() if isinstance(state, dict) else enumerate(state) if isinstance(state, (list, tuple)) else ()
@@ -85,6 +82,7 @@ def _nonfinite(state, name: str = '') -> str | None:
         if bad is not None: return bad
     return None
 
+# %% ../nbs/03a_guards.ipynb #6a42ed19
 def check_finite(rnd: int, cfg: FedConfig, state, client: int | None = None, loss: float = float('nan')):
     "Raise `DivergenceError` (round, client, fix) when `loss` is infinite or `state` holds a NaN or inf."
     try: loss = float(loss)
@@ -94,6 +92,12 @@ def check_finite(rnd: int, cfg: FedConfig, state, client: int | None = None, los
     who = f"client {client}: loss {loss:.3g}" if client is not None else "server aggregate"
     raise DivergenceError(f"training diverged in round {rnd} ({who}, non-finite {bad}): "
                           f"lower --lr (now {cfg.lr:g}) or check the data")
+
+# %% ../nbs/03a_guards.ipynb #70faf36f
+def _auto_device(device: str | None) -> str:
+    "`device`, with None, '' and 'auto' resolved to cuda when a GPU is available, else cpu."
+    if device in (None, '', 'auto'): return 'cuda' if torch.cuda.is_available() else 'cpu'
+    return str(device)
 
 def check_device(device: str | None) -> str:
     "The device `device` names ('auto': cuda when there is one), or a ValueError listing the devices this machine has."
@@ -112,10 +116,9 @@ def check_device(device: str | None) -> str:
     if dev.type not in ('cpu', 'cuda', 'mps'): raise ValueError(f"device {d!r} is not supported; this machine has {have}: use --device cpu")
     return d
 
-# %% ../nbs/03a_guards.ipynb #g0a7d1e4
-RUN_FILES = ('config.json', 'history.csv', 'checkpoint.pt', 'summary.json')
-
+# %% ../nbs/03a_guards.ipynb #e1030fe1
 def _alive(pid: int) -> bool:
+    "Is process `pid` alive (a process of another user counts as alive)?"
     try: os.kill(pid, 0); return True
     except ProcessLookupError: return False
     except PermissionError: return True
@@ -130,6 +133,7 @@ def lock_holder(path) -> int | None:
     pid = _lock_pid(path)
     return pid if pid and pid != os.getpid() and _alive(pid) else None
 
+# %% ../nbs/03a_guards.ipynb #908a3e29
 def check_folder(out) -> Path:
     "Check, writing nothing, that `out` is (or can become) a writable folder that no live process has locked."
     out = Path(out)
@@ -142,6 +146,7 @@ def check_folder(out) -> Path:
     if holder: raise ValueError(f"--out {out} is in use by another run (pid {holder}, lock {out/'.lock'}): wait for it or choose another --out")
     return out
 
+# %% ../nbs/03a_guards.ipynb #af1ac6da
 def check_out(out, cfg: FedConfig, resume: bool = False, overwrite: bool = False) -> Path:
     "Check, writing nothing, that folder `out` can take this run; a ValueError says why not and what to do."
     out = check_folder(out)
@@ -161,6 +166,9 @@ def check_out(out, cfg: FedConfig, resume: bool = False, overwrite: bool = False
         raise ValueError(f"--out {out} holds an unfinished run of this config (checkpoint.pt): use --resume true to continue it, "
                          f"another --out, or --overwrite true to start again")
     return out
+
+# %% ../nbs/03a_guards.ipynb #cc31d7b9
+RUN_FILES = ('config.json', 'history.csv', 'checkpoint.pt', 'summary.json')
 
 def clear_run(out):
     "Delete the files a run writes into `out` (`RUN_FILES`), for an explicit overwrite; other files stay."

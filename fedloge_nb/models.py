@@ -75,7 +75,7 @@ class MLP(nn.Module):
     def forward(self, x):
         return F.relu(self.fc2(F.relu(self.fc1(x.flatten(1)))))
 
-# %% ../nbs/03_models.ipynb #213665ff
+# %% ../nbs/03_models.ipynb #5438a5b5
 class _PadShortcut(nn.Module):
     "Option-A shortcut: spatial subsampling by `stride` plus zero-padding of the extra channels (no parameters)."
     def __init__(self, in_planes: int, planes: int, stride: int):
@@ -86,6 +86,7 @@ class _PadShortcut(nn.Module):
         x = x[:, :, ::self.stride, ::self.stride]
         return F.pad(x, (0, 0, 0, 0, self.extra // 2, self.extra - self.extra // 2))
 
+# %% ../nbs/03_models.ipynb #eee45145
 class BasicBlock(nn.Module):
     "Post-activation residual block: conv3x3-BN-ReLU-conv3x3-BN, add shortcut, ReLU."
     def __init__(self, in_planes: int, planes: int, stride: int = 1, shortcut: str = 'B'):
@@ -106,6 +107,7 @@ class BasicBlock(nn.Module):
         out = self.bn2(self.conv2(out))
         return F.relu(out + self.shortcut(x))
 
+# %% ../nbs/03_models.ipynb #67fd4c1e
 class CifarResNet(nn.Module):
     "He et al. CIFAR ResNet backbone (depth 6n+2; stages 16/32/64; option-A shortcuts); 64-d ReLU + avg-pool features."
     def __init__(self, depth: int = 20, in_channels: int = 3, img_size=32, widths=(16, 32, 64)):

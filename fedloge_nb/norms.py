@@ -88,8 +88,8 @@ def plot_norms(psi, counts, phis=None, client_counts=None, axs=None):
     if phis is not None:
         cc = np.asarray(torch.as_tensor(client_counts, dtype=torch.float64))
         P = np.stack([torch.as_tensor(p, dtype=torch.float64).norm(dim=1).numpy() for p in phis])
-        K = len(P); cmap = plt.get_cmap('tab20')
-        for k in range(K): axs[1].scatter(np.maximum(cc[k], .5), P[k], s=10, color=cmap(k % 20), alpha=.8)
+        K = len(P); cmap = plt.get_cmap('tab10' if K <= 10 else 'tab20')   # distinct colours for up to 10 clients
+        for k in range(K): axs[1].scatter(np.maximum(cc[k], .5), P[k], s=10, color=cmap(k % cmap.N), alpha=.8)
         axs[1].set_xscale('log'); axs[1].set_xlabel('local training count $n_{k,c}$ (0 drawn at 0.5)')
         axs[1].set_ylabel(r'$\|\phi_{k,c}\|$'); axs[1].set_title(rf'local heads $\phi_k$ ({K} clients)')
     return axs

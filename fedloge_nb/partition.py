@@ -13,7 +13,7 @@ __all__ = ['SHOT_RULES', 'partition_counts', 'check_imb_factor', 'long_tail_coun
            'iid_partition', 'shard_partition', 'local_test_counts', 'local_test_indices',
            'proportional_within_rounding', 'shot_groups', 'per_class_subsample']
 
-# %% ../nbs/02a_partition.ipynb #70cd4dfe
+# %% ../nbs/02a_partition.ipynb #5bae2d26
 def _labels(y, name: str = 'y') -> np.ndarray:
     "Labels `y` (tensor, array or list) as a 1-D int64 numpy array of class ids >= 0."
     a = y.detach().cpu().numpy() if isinstance(y, torch.Tensor) else np.asarray(y)
@@ -25,6 +25,7 @@ def _labels(y, name: str = 'y') -> np.ndarray:
     if a.size and a.min() < 0: raise ValueError(f"{name} must hold class ids >= 0, found {a.min()}")
     return a
 
+# %% ../nbs/02a_partition.ipynb #aed09b82
 def _num_classes(a: np.ndarray, num_classes=None) -> int:
     "C = `num_classes` if given (checked against the labels), else max label + 1."
     C = int(a.max()) + 1 if a.size else 0
@@ -50,6 +51,7 @@ def _check_clients(clients, n: int) -> int:
                                f"use at most {n} clients or more data (a smaller imb_factor or a larger max_per_class)")
     return K
 
+# %% ../nbs/02a_partition.ipynb #2e825ce1
 def _sorted_long(a) -> torch.Tensor:
     "Sorted int64 tensor from an index array."
     return torch.from_numpy(np.sort(np.asarray(a, dtype=np.int64)))
@@ -97,7 +99,7 @@ def long_tail_indices(y, imb_factor, seed=0, n_max=None, num_classes=None) -> to
     keep = [rng.permutation(np.flatnonzero(a == c))[:counts[c]] for c in range(C)]
     return _sorted_long(np.concatenate(keep))
 
-# %% ../nbs/02a_partition.ipynb #2a789f7a
+# %% ../nbs/02a_partition.ipynb #33f5f288
 def _check_alpha(alpha) -> float:
     "Validate the Dirichlet concentration alpha > 0."
     try: a = float(alpha)
@@ -107,6 +109,23 @@ def _check_alpha(alpha) -> float:
                          f"ECL 0.2), got {alpha!r}; for an IID split use iid_partition")
     return a
 
+# %% ../nbs/02a_partition.ipynb #3c234038
+def _dirichlet_draw(by_class: list, K: int, alpha: float, rng: np.random.Generator, split: str) -> list:
+    "One Dirichlet split: the samples of every class (index arrays) cut over K clients by p_c ~ Dir(alpha 1_K)."
+    parts = [[] for _ in range(K)]
+    for idx in by_class:
+        p = rng.dirichlet(np.full(K, alpha))
+        idx = rng.permutation(idx)
+        if split == 'proportional':
+            cuts = np.clip(np.floor(np.cumsum(p)[:-1] * idx.size), 0, idx.size).astype(np.int64)
+            pieces = np.split(idx, cuts)
+        else:
+            owner = rng.choice(K, size=idx.size, p=p / p.sum())
+            pieces = [idx[owner == k] for k in range(K)]
+        for k in range(K): parts[k].append(pieces[k])
+    return [np.concatenate(ps) for ps in parts]
+
+# %% ../nbs/02a_partition.ipynb #d330a549
 def dirichlet_partition(y, clients, alpha, seed=0, min_size=0, max_tries=100, num_classes=None,
                         split='proportional') -> list[torch.LongTensor]:
     "Split sample indices of `y` over `clients` with per-class proportions p_c ~ Dir(alpha 1_K); every sample to one client."
@@ -122,18 +141,7 @@ def dirichlet_partition(y, clients, alpha, seed=0, min_size=0, max_tries=100, nu
     by_class = [np.flatnonzero(a == c) for c in range(C)]
     best = -1
     for _ in range(max_tries):
-        parts = [[] for _ in range(K)]
-        for idx in by_class:
-            p = rng.dirichlet(np.full(K, alpha))
-            idx = rng.permutation(idx)
-            if split == 'proportional':
-                cuts = np.clip(np.floor(np.cumsum(p)[:-1] * idx.size), 0, idx.size).astype(np.int64)
-                pieces = np.split(idx, cuts)
-            else:
-                owner = rng.choice(K, size=idx.size, p=p / p.sum())
-                pieces = [idx[owner == k] for k in range(K)]
-            for k in range(K): parts[k].append(pieces[k])
-        parts = [np.concatenate(ps) for ps in parts]
+        parts = _dirichlet_draw(by_class, K, alpha, rng, split)
         smallest = min(p.size for p in parts)
         if smallest >= min_size: return [_sorted_long(p) for p in parts]
         best = max(best, smallest)

@@ -134,7 +134,7 @@ def forest_table(rows: list, ref: str = 'fedloge', baselines=BASELINES, stages=(
 # %% ../nbs/15b_budget.ipynb #7276ce63
 VERDICT_COLORS = {'better': '#1a9850', 'worse': '#d73027'}
 
-def plot_forest(tab: pd.DataFrame, path=None, title: str = ''):
+def plot_forest(tab: pd.DataFrame, path=None, title: str = '', xlabel: str = 'FedLoGe minus baseline, per seed (accuracy points, %)'):
     "Forest plot of paired differences: per-seed dots, mean and 95% interval per row, the zero line, n / verdict / detectable difference written on the row."
     import matplotlib.pyplot as plt
     k = max(len(tab), 1)
@@ -154,7 +154,7 @@ def plot_forest(tab: pd.DataFrame, path=None, title: str = ''):
         ax.axhline(y0, color='0.8', lw=0.8)
     ax.set_yticks(ys[:len(tab)], [f"{r['metric']}: {r['comparison']}" for _, r in tab.iterrows()])
     ax.set_ylim(-0.6, k - 0.4)
-    ax.set_xlabel('FedLoGe minus baseline, per seed (accuracy points, %)\ndiamond and bar: mean and paired 95% t-interval')
+    ax.set_xlabel(f'{xlabel}\ndiamond and bar: mean and paired 95% t-interval')
     ax.grid(axis='x', alpha=.3)
     if len(tab): ax.legend(loc='lower left', fontsize=9, frameon=False, bbox_to_anchor=(0, 1), borderaxespad=0.2)
     if title: ax.set_title(title, fontsize=10, loc='left', pad=18)

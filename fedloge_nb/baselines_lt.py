@@ -8,6 +8,7 @@ import copy, dataclasses
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from fastcore.basics import patch
 from .federated import FedAvg, ClientResult, register, shared, local_sgd, derive_seed, forward_batched
 from .baselines import with_masked, sub_state, prefixed, forward_with
 
@@ -22,6 +23,7 @@ def balanced_softmax_ce(logits: torch.Tensor, y: torch.Tensor, counts) -> torch.
     if counts.shape != logits.shape[1:]: raise ValueError(f"counts must have one entry per class ({logits.shape[1]}), got {tuple(counts.shape)}")
     return F.cross_entropy(logits + counts.log(), y)
 
+# %% ../nbs/08a_baselines_lt.ipynb #97003c68
 @register('fedrod')
 class FedRoD(FedAvg):
     "FedRoD (Chen & Chao 2022): body + generic head with balanced softmax (shared), personal head on detached features (local)."
@@ -37,27 +39,34 @@ class FedRoD(FedAvg):
         h = self.net.head
         return {'p_weight': torch.zeros_like(h.weight), 'p_bias': torch.zeros_like(h.bias)}
 
-    def client_update(self, gstate, cstate, data, cfg, seed):
-        net = self.local; net.load_state_dict(gstate, strict=False); net.train()
-        pw, pb = cstate['p_weight'].clone().requires_grad_(True), cstate['p_bias'].clone().requires_grad_(True)
-        sgd = lambda ps: torch.optim.SGD(ps, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-        opt_g, opt_p = sgd(net.parameters()), sgd([pw, pb])
-        counts = data.counts.to(pw.device)
-        total, nb = 0.0, 0
-        for xb, yb in data.batches(cfg.batch_size, seed, cfg.local_epochs):
-            h = net.backbone(xb); z = net.head(h)
-            lg = balanced_softmax_ce(z, yb, counts) if self.hp['generic_loss'] == 'bsm' else F.cross_entropy(z, yb)
-            opt_g.zero_grad(set_to_none=True); lg.backward(); opt_g.step()
-            lp = F.cross_entropy(z.detach() + F.linear(h.detach(), pw, pb), yb)
-            opt_p.zero_grad(set_to_none=True); lp.backward(); opt_p.step()
-            total += lg.item(); nb += 1
-        return ClientResult(shared(net, self.is_shared), {'p_weight': pw.detach(), 'p_bias': pb.detach()}, len(data), total / max(nb, 1))
+# %% ../nbs/08a_baselines_lt.ipynb #6ff58b40
+@patch
+def client_update(self: FedRoD, gstate, cstate, data, cfg, seed):
+    "Per batch: one step of the shared body and generic head on BSM (or CE), one step of the personal head on the detached features."
+    net = self.local; net.load_state_dict(gstate, strict=False); net.train()
+    pw, pb = cstate['p_weight'].clone().requires_grad_(True), cstate['p_bias'].clone().requires_grad_(True)
+    sgd = lambda ps: torch.optim.SGD(ps, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    opt_g, opt_p = sgd(net.parameters()), sgd([pw, pb])
+    counts = data.counts.to(pw.device)
+    total, nb = 0.0, 0
+    for xb, yb in data.batches(cfg.batch_size, seed, cfg.local_epochs):
+        h = net.backbone(xb); z = net.head(h)
+        lg = balanced_softmax_ce(z, yb, counts) if self.hp['generic_loss'] == 'bsm' else F.cross_entropy(z, yb)
+        opt_g.zero_grad(set_to_none=True); lg.backward(); opt_g.step()
+        lp = F.cross_entropy(z.detach() + F.linear(h.detach(), pw, pb), yb)
+        opt_p.zero_grad(set_to_none=True); lp.backward(); opt_p.step()
+        total += lg.item(); nb += 1
+    return ClientResult(shared(net, self.is_shared), {'p_weight': pw.detach(), 'p_bias': pb.detach()}, len(data), total / max(nb, 1))
 
-    def global_logits(self, x): return {'global': self.net(x)}
+# %% ../nbs/08a_baselines_lt.ipynb #3aae601d
+@patch
+def global_logits(self: FedRoD, x): return {'global': self.net(x)}
 
-    def personal_logits(self, x, cstate, data):
-        h = self.net.backbone(x); z = self.net.head(h)
-        return with_masked({'personal': z + F.linear(h, cstate['p_weight'], cstate['p_bias']), 'generic': z}, data.counts)
+@patch
+def personal_logits(self: FedRoD, x, cstate, data):
+    "PM: generic logits plus the personal head's (`personal`), and the generic model alone (`generic`)."
+    h = self.net.backbone(x); z = self.net.head(h)
+    return with_masked({'personal': z + F.linear(h, cstate['p_weight'], cstate['p_bias']), 'generic': z}, data.counts)
 
 # %% ../nbs/08a_baselines_lt.ipynb #9f8d80c8
 class LocalFinetune:
@@ -87,6 +96,7 @@ class LocalFinetune:
         ft = sub_state(cstate, 'ft.'); z = self.net(x)
         return with_masked({'ft': forward_with(self.net, ft, x) if ft else z, 'global': z}, data.counts)
 
+# %% ../nbs/08a_baselines_lt.ipynb #6ca76b1e
 @register('fedbabu')
 class FedBABU(LocalFinetune, FedAvg):
     "FedBABU (Oh et al. 2022): head frozen at its random init during FL, only the body is trained/averaged; head finetuned locally at the end."
@@ -101,6 +111,7 @@ class FedBABU(LocalFinetune, FedAvg):
         loss = local_sgd(model, data, cfg, seed, lambda m, xb, yb: self.loss(m, xb, yb, data), params=model.backbone.parameters())
         return ClientResult(shared(model, self.is_shared), cstate, len(data), loss)
 
+# %% ../nbs/08a_baselines_lt.ipynb #ff3bfe80
 @register('fedavg_ft')
 class FedAvgFT(LocalFinetune, FedAvg):
     "FedAvg-FT: FedAvg, then every client finetunes the whole global model on its local data (PM)."
@@ -128,6 +139,7 @@ def ratio_weights(net: nn.Module, xa: torch.Tensor, ya: torch.Tensor, num_classe
     ra = ((C - 1) * own).abs() / other.abs().clamp_min(1e-12)
     return alpha + beta * ra, ra
 
+# %% ../nbs/08a_baselines_lt.ipynb #0a872420
 def aux_indices(y: torch.Tensor, per_class: int, seed: int) -> torch.Tensor:
     "Up to `per_class` indices of every class of `y`, drawn without replacement with a seeded generator."
     g = torch.Generator().manual_seed(seed); out = []
@@ -136,6 +148,7 @@ def aux_indices(y: torch.Tensor, per_class: int, seed: int) -> torch.Tensor:
         out.append(idx[torch.randperm(len(idx), generator=g)[:per_class]])
     return torch.cat(out)
 
+# %% ../nbs/08a_baselines_lt.ipynb #c3207458
 @register('ratio_loss')
 class RatioLoss(FedAvg):
     "Ratio Loss (Wang et al., AAAI 2021): CE weighted by ratio_alpha + ratio_beta * Ra_c, Ra monitored by the server on a balanced auxiliary set."
@@ -153,21 +166,26 @@ class RatioLoss(FedAvg):
         self.monitor = copy.deepcopy(self.net)
         self._src, self.weights, self.ra = None, None, None
 
-    def class_weights(self, gstate) -> torch.Tensor:
-        "The round's class weights, computed once per received global state."
-        if self._src is not gstate:
-            self.monitor.load_state_dict(gstate, strict=False)
-            self.weights, self.ra = ratio_weights(self.monitor, self.xa, self.ya, self.C, self.hp['ratio_alpha'], self.hp['ratio_beta'])
-            self._src = gstate
-        return self.weights
+# %% ../nbs/08a_baselines_lt.ipynb #e4c6cf8a
+@patch
+def class_weights(self: RatioLoss, gstate) -> torch.Tensor:
+    "The round's class weights, computed once per received global state."
+    if self._src is not gstate:
+        self.monitor.load_state_dict(gstate, strict=False)
+        self.weights, self.ra = ratio_weights(self.monitor, self.xa, self.ya, self.C, self.hp['ratio_alpha'], self.hp['ratio_beta'])
+        self._src = gstate
+    return self.weights
 
-    def client_update(self, gstate, cstate, data, cfg, seed):
-        w = self.class_weights(gstate)
-        model = self.local; model.load_state_dict(gstate, strict=False)
-        loss = local_sgd(model, data, cfg, seed, lambda m, xb, yb: F.cross_entropy(m(xb), yb, weight=w))
-        return ClientResult(shared(model, self.is_shared), cstate, len(data), loss)
+@patch
+def client_update(self: RatioLoss, gstate, cstate, data, cfg, seed):
+    "Local SGD from the global state on the CE weighted by the round's class weights."
+    w = self.class_weights(gstate)
+    model = self.local; model.load_state_dict(gstate, strict=False)
+    loss = local_sgd(model, data, cfg, seed, lambda m, xb, yb: F.cross_entropy(m(xb), yb, weight=w))
+    return ClientResult(shared(model, self.is_shared), cstate, len(data), loss)
 
-    def personal_logits(self, x, cstate, data): return with_masked(self.global_logits(x), data.counts)
+@patch
+def personal_logits(self: RatioLoss, x, cstate, data): return with_masked(self.global_logits(x), data.counts)
 
 # %% ../nbs/08a_baselines_lt.ipynb #065b1b98
 def logit_calibrated_ce(logits: torch.Tensor, y: torch.Tensor, counts, tau: float = 1.0) -> torch.Tensor:
@@ -218,6 +236,7 @@ def class_balanced_indices(y: torch.Tensor, n: int, generator=None) -> torch.Ten
     p = (1.0 / cnt.double())[y]
     return torch.multinomial(p, n, replacement=True, generator=generator).to(y.device)
 
+# %% ../nbs/08a_baselines_lt.ipynb #e739b862
 @register('lws')
 class LWS(FedAvg):
     "FedAvg + LWS (Kang et al. 2020): per-class logit scales learned on class-balanced local batches, averaged by the server."
@@ -240,37 +259,46 @@ class LWS(FedAvg):
         if 'lws_scales' in cstate: out['lws_local'] = z * cstate['lws_scales']
         return with_masked(out, data.counts)
 
-    def learn_scales(self, z, y, f0, cfg, seed) -> torch.Tensor:
-        "Client side: class-balanced SGD on the scales f of frozen logits z."
-        f = f0.clone().requires_grad_(True)
-        opt = torch.optim.SGD([f], lr=self.hp['lws_lr'] or cfg.lr, momentum=cfg.momentum)
-        g = torch.Generator().manual_seed(seed)
-        for _ in range(self.hp['lws_epochs']):
-            idx = class_balanced_indices(y, len(y), g)
-            for i in range(0, len(idx), cfg.batch_size):
-                b = idx[i:i + cfg.batch_size]
-                loss = F.cross_entropy(z[b] * f, y[b])
-                opt.zero_grad(); loss.backward(); opt.step()
-        return f.detach()
+# %% ../nbs/08a_baselines_lt.ipynb #548261a0
+@patch
+def learn_scales(self: LWS, z, y, f0, cfg, seed) -> torch.Tensor:
+    "Client side: class-balanced SGD on the scales f of frozen logits z."
+    f = f0.clone().requires_grad_(True)
+    opt = torch.optim.SGD([f], lr=self.hp['lws_lr'] or cfg.lr, momentum=cfg.momentum)
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(self.hp['lws_epochs']):
+        idx = class_balanced_indices(y, len(y), g)
+        for i in range(0, len(idx), cfg.batch_size):
+            b = idx[i:i + cfg.batch_size]
+            loss = F.cross_entropy(z[b] * f, y[b])
+            opt.zero_grad(); loss.backward(); opt.step()
+    return f.detach()
 
-    def finish_rounds(self, cfg): return int(self.hp['lws_rounds'])
+@patch
+def finish_rounds(self: LWS, cfg): return int(self.hp['lws_rounds'])
 
-    def finish_client(self, r, d, cs, cfg, msg):
-        "Client k learns scales on its frozen logits, starting from the server's scales; reports them with its class counts."
-        if len(d) == 0: return cs, {}
-        self.net.eval()
-        f = self.learn_scales(forward_batched(self.net, d.x, 2048), d.y, msg.get('scales', self.scales), cfg, derive_seed(cfg.seed, 'lws', r, d.k))
-        return {**cs, 'lws_scales': f}, {'scales': f, 'counts': d.counts}
+@patch
+def finish_client(self: LWS, r, d, cs, cfg, msg):
+    "Client k learns scales on its frozen logits, starting from the server's scales; reports them with its class counts."
+    if len(d) == 0: return cs, {}
+    self.net.eval()
+    f = self.learn_scales(forward_batched(self.net, d.x, 2048), d.y, msg.get('scales', self.scales), cfg, derive_seed(cfg.seed, 'lws', r, d.k))
+    return {**cs, 'lws_scales': f}, {'scales': f, 'counts': d.counts}
 
-    def finish_server(self, r, cfg, reports):
-        "Per class, the clients' scales averaged with their class counts as weights."
-        live = sorted(reports)
-        N = torch.stack([reports[i]['counts'].to(self.scales) for i in live])           # (K, C) counts as weights
-        Fk = torch.stack([reports[i]['scales'].to(self.scales) for i in live])
-        tot = N.sum(0)
-        self.scales = torch.where(tot > 0, (N * Fk).sum(0) / tot.clamp_min(1), self.scales)
-        return {'scales': self.scales}
+# %% ../nbs/08a_baselines_lt.ipynb #a8074bf9
+@patch
+def finish_server(self: LWS, r, cfg, reports):
+    "Per class, the clients' scales averaged with their class counts as weights."
+    live = sorted(reports)
+    N = torch.stack([reports[i]['counts'].to(self.scales) for i in live])           # (K, C) counts as weights
+    Fk = torch.stack([reports[i]['scales'].to(self.scales) for i in live])
+    tot = N.sum(0)
+    self.scales = torch.where(tot > 0, (N * Fk).sum(0) / tot.clamp_min(1), self.scales)
+    return {'scales': self.scales}
 
-    def extra_state(self): return {'scales': self.scales.detach().clone()}
-    def load_extra_state(self, state):
-        if 'scales' in state: self.scales = state['scales'].to(self.device)
+@patch
+def extra_state(self: LWS): return {'scales': self.scales.detach().clone()}
+
+@patch
+def load_extra_state(self: LWS, state):
+    if 'scales' in state: self.scales = state['scales'].to(self.device)

@@ -94,6 +94,7 @@ def config_flags(exclude=(), lead: int = 0):
         return fn
     return deco
 
+# %% ../nbs/07a_commands.ipynb #45202edb
 def command_config(fn, config: dict, **kw) -> FedConfig:
     "The `FedConfig` of a call of command `fn`: its config flags (a name it does not take is a TypeError) plus `kw`."
     bad = sorted(set(config) - set(inspect.signature(fn).parameters))

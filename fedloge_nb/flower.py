@@ -619,8 +619,7 @@ def _wait_port(port: int, proc, what: str, limit: float = 90.0):
     raise FlowerError(f"{what} is not listening on port {port} after {limit:.0f} s")
 
 # %% ../nbs/16_flower.ipynb #779c9b12
-APP_FILES = {
-'pyproject.toml': '''# The Flower App of fedloge_nb: `flwr run <this folder> <connection>` (`fedloge_nb deploy` does it all on one machine).
+_APP_PYPROJECT = '''# The Flower App of fedloge_nb: `flwr run <this folder> <connection>` (`fedloge_nb deploy` does it all on one machine).
 # It holds no method code: the components come from fedloge_nb.flower, installed in the environment.
 [build-system]
 requires = ["hatchling"]
@@ -650,7 +649,11 @@ timeout = 600.0      # seconds to wait for the clients' replies in each exchange
 resume = false       # continue from OUT/checkpoint.pt
 min-clients = 1.0    # fewest clients that must answer an exchange (a count, or a fraction in (0, 1) of those asked)
 status = ""          # a second folder for error.txt (the deployment's own, when OUT cannot be written)
-''',
+'''
+
+# %% ../nbs/16_flower.ipynb #b0e79006
+APP_FILES = {
+'pyproject.toml': _APP_PYPROJECT,
 'fedloge_flower/__init__.py': '',
 'fedloge_flower/apps.py': '''"The Flower components of fedloge_nb: built from the package's Algorithm hooks (fedloge_nb.flower), nothing method-specific here."
 from fedloge_nb.flower import make_client_app, make_server_app

@@ -9,6 +9,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.func import functional_call
+from fastcore.basics import patch
 from .federated import (Algorithm, FedAvg, ClientResult, register, shared, local_sgd, get_method, METHODS, PLUGINS)
 from . import baselines, baselines_lt, gmv, ecl   # the bases FedProx, FedLC and the plug-ins etf, gmv, sse_c, ecl
 
@@ -49,22 +50,6 @@ class SCAFFOLD(FedAvg):
         self.c = {n: torch.zeros_like(p.detach()) for n, p in self.net.named_parameters() if p.requires_grad and self.is_shared(n)}
         self.n_total = sum(len(i) for i in fed.train_idx)
 
-    def client_update(self, gstate, cstate, data, cfg, seed):
-        model = self.local; model.load_state_dict(gstate, strict=False)
-        named = [(n, p) for n, p in model.named_parameters() if n in self.c]
-        ci = {n: cstate.get(f'scaffold.c.{n}', torch.zeros_like(self.c[n])) for n, _ in named}
-        corr = [(p, self.c[n] - ci[n]) for n, p in named]
-        x, steps = {n: p.detach().clone() for n, p in named}, [0]
-        def loss_fn(m, xb, yb):
-            steps[0] += 1                                          # + <c - c_i, y>: value 0, gradient c - c_i
-            return self.loss(m, xb, yb, data) + sum((d * (p - p.detach())).sum() for p, d in corr)
-        loss = local_sgd(model, data, cfg, seed, loss_fn)
-        ka = effective_steps(steps[0], cfg.momentum) * cfg.lr
-        new = {n: ci[n] - self.c[n] + (x[n] - p.detach()) / ka for n, p in named}   # option II
-        state = shared(model, self.is_shared)
-        state.update({f'scaffold.dc.{n}': new[n] - ci[n] for n in new})
-        return ClientResult(state, {**cstate, **{f'scaffold.c.{n}': v for n, v in new.items()}}, len(data), loss)
-
     def aggregate(self, gstate, results):
         "x <- x + eta_g (weighted mean of y_i - x); c <- c + sum_i n_i / N (c_i+ - c_i)."
         dcs, rs = strip_results(results, 'scaffold.dc.')
@@ -79,6 +64,25 @@ class SCAFFOLD(FedAvg):
     def load_extra_state(self, state):
         for n in self.c:
             if f'c.{n}' in state: self.c[n] = state[f'c.{n}'].to(self.device).clone()
+
+# %% ../nbs/08b_optimisers.ipynb #5912f8cc
+@patch
+def client_update(self: SCAFFOLD, gstate, cstate, data, cfg, seed):
+    "Local SGD on the corrected gradient g_i(y) - c_i + c; the new c_i (option II) and c_i+ - c_i for the server."
+    model = self.local; model.load_state_dict(gstate, strict=False)
+    named = [(n, p) for n, p in model.named_parameters() if n in self.c]
+    ci = {n: cstate.get(f'scaffold.c.{n}', torch.zeros_like(self.c[n])) for n, _ in named}
+    corr = [(p, self.c[n] - ci[n]) for n, p in named]
+    x, steps = {n: p.detach().clone() for n, p in named}, [0]
+    def loss_fn(m, xb, yb):
+        steps[0] += 1                                          # + <c - c_i, y>: value 0, gradient c - c_i
+        return self.loss(m, xb, yb, data) + sum((d * (p - p.detach())).sum() for p, d in corr)
+    loss = local_sgd(model, data, cfg, seed, loss_fn)
+    ka = effective_steps(steps[0], cfg.momentum) * cfg.lr
+    new = {n: ci[n] - self.c[n] + (x[n] - p.detach()) / ka for n, p in named}   # option II
+    state = shared(model, self.is_shared)
+    state.update({f'scaffold.dc.{n}': new[n] - ci[n] for n in new})
+    return ClientResult(state, {**cstate, **{f'scaffold.c.{n}': v for n, v in new.items()}}, len(data), loss)
 
 # %% ../nbs/08b_optimisers.ipynb #d0cad9b9
 @register('fednova')

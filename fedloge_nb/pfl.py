@@ -8,6 +8,7 @@ import copy
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from fastcore.basics import patch
 from .federated import Algorithm, FedAvg, ClientResult, register, local_sgd, derive_seed, forward_batched
 from .baselines import with_masked, sub_state, prefixed, forward_with
 
@@ -108,35 +109,48 @@ class PFedLA(Algorithm):
     def global_state(self): return {k: v.detach().clone() for k, v in self.srv.items()}
     def load_global(self, gstate): self.srv = {k: v.detach().clone() for k, v in gstate.items()}
 
-    def alpha(self, i: int, state: dict | None = None) -> dict:
-        "Client i's layer-wise weights {layer: (K,)} from the hypernetwork in `state` (default: the server's)."
-        return hn_alpha(client_phi(self.srv if state is None else state, i), self.layers, i, self.hp['norm'])
+# %% ../nbs/08c_pfl.ipynb #c812b8c0
+@patch
+def alpha(self: PFedLA, i: int, state: dict | None = None) -> dict:
+    "Client i's layer-wise weights {layer: (K,)} from the hypernetwork in `state` (default: the server's)."
+    return hn_alpha(client_phi(self.srv if state is None else state, i), self.layers, i, self.hp['norm'])
 
-    def personal_state(self, i: int, state: dict | None = None) -> dict:
-        "theta_hat_i, client i's personalised model, from `state` (default: the server's)."
-        return personal_model(self.srv if state is None else state, i, self.layers, self.params, self.hp['norm'])
+@patch
+def personal_state(self: PFedLA, i: int, state: dict | None = None) -> dict:
+    "theta_hat_i, client i's personalised model, from `state` (default: the server's)."
+    return personal_model(self.srv if state is None else state, i, self.layers, self.params, self.hp['norm'])
 
-    def client_update(self, gstate, cstate, data, cfg, seed):
-        with torch.no_grad(): start = self.personal_state(data.k, gstate)
-        model = self.local; model.load_state_dict(start)
-        loss = local_sgd(model, data, cfg, seed, lambda m, xb, yb: self.loss(m, xb, yb, data))
-        return ClientResult({'client': torch.tensor([data.k]), **prefixed(model.state_dict(), 'model.')}, cstate, len(data), loss)
+# %% ../nbs/08c_pfl.ipynb #ca39439b
+@patch
+def client_update(self: PFedLA, gstate, cstate, data, cfg, seed):
+    "Client i: local SGD from theta_hat_i (its hypernetwork applied to the received state); returns its trained model and its id."
+    with torch.no_grad(): start = self.personal_state(data.k, gstate)
+    model = self.local; model.load_state_dict(start)
+    loss = local_sgd(model, data, cfg, seed, lambda m, xb, yb: self.loss(m, xb, yb, data))
+    return ClientResult({'client': torch.tensor([data.k]), **prefixed(model.state_dict(), 'model.')}, cstate, len(data), loss)
 
-    def aggregate(self, gstate, results):
-        new = {k: v.clone() for k, v in gstate.items()}
-        for r in results:
-            i, trained = int(r.state['client'][0]), sub_state(r.state, 'model.')
-            phi = hn_update(gstate, i, trained, self.layers, self.params, self.hp['norm'], float(self.hp['hn_lr']))
-            for k, v in {**phi, **prefixed(trained, 'model.')}.items(): new[k][i] = v
-        return new
+@patch
+def aggregate(self: PFedLA, gstate, results):
+    "Per returned client, in order: its hypernetwork stepped from the round-start state (`hn_update`), then its stored model replaced."
+    new = {k: v.clone() for k, v in gstate.items()}
+    for r in results:
+        i, trained = int(r.state['client'][0]), sub_state(r.state, 'model.')
+        phi = hn_update(gstate, i, trained, self.layers, self.params, self.hp['norm'], float(self.hp['hn_lr']))
+        for k, v in {**phi, **prefixed(trained, 'model.')}.items(): new[k][i] = v
+    return new
 
-    def personal_logits(self, x, cstate, data):
-        own = {k: v[data.k] for k, v in sub_state(self.srv, 'model.').items()}
-        return with_masked({'personal': forward_with(self.net, self.personal_state(data.k), x),
-                            'local': forward_with(self.net, own, x)}, data.counts)
+# %% ../nbs/08c_pfl.ipynb #b5a56314
+@patch
+def personal_logits(self: PFedLA, x, cstate, data):
+    "PM: theta_hat_i (`personal`) and client i's last trained model (`local`), each also masked."
+    own = {k: v[data.k] for k, v in sub_state(self.srv, 'model.').items()}
+    return with_masked({'personal': forward_with(self.net, self.personal_state(data.k), x),
+                        'local': forward_with(self.net, own, x)}, data.counts)
 
-    def diagnostics(self, fed, clients, client_states):
-        return {'alpha_self': float(torch.stack([torch.stack(list(self.alpha(i).values()))[:, i] for i in range(self.K)]).mean())}
+@patch
+def diagnostics(self: PFedLA, fed, clients, client_states):
+    "`alpha_self`: the mean weight a client gives its own model, over clients and layers."
+    return {'alpha_self': float(torch.stack([torch.stack(list(self.alpha(i).values()))[:, i] for i in range(self.K)]).mean())}
 
 # %% ../nbs/08c_pfl.ipynb #a0736eaa
 def seed_weights(counts, y_seed, y_target, rule: str = 'majority', beta: float = 0.999) -> torch.Tensor:
@@ -209,31 +223,37 @@ class FedAFA(FedAvg):
     def post_hp(cls, epochs): return {'afa_epochs': int(epochs)}
     def finish_rounds(self, cfg): return 1 if int(self.hp['afa_epochs']) > 0 else 0
 
-    def train_head(self, h, y, counts, cfg, seed) -> tuple[nn.Module, dict]:
-        "psi_k from the global head: afa_epochs of SGD on c CE(psi_k(h_aug), y) + (1 - c) CE(psi_k(h), y) over balanced batches."
-        hp, g = self.hp, torch.Generator().manual_seed(seed)
-        head = copy.deepcopy(self.net.head).requires_grad_(True)
-        opt = torch.optim.SGD(head.parameters(), lr=float(hp['afa_lr']), momentum=0.9, nesterov=True, weight_decay=5e-4)
-        adv, c, stats = dict(steps=int(hp['afa_steps']), step_size=float(hp['afa_step_size'])), float(hp['afa_c']), {'selected': 0, 'accepted': 0}
-        for _ in range(int(hp['afa_epochs'])):
-            order = balanced_order(y, counts, len(y), g)
-            for s in range(0, len(y), cfg.batch_size):
-                hb, yb = h[order[s:s + cfg.batch_size]], y[order[s:s + cfg.batch_size]]
-                ha, info = afa_batch(self.net.head, hb, yb, counts, float(hp['afa_p']), hp['afa_seed_rule'], g, **adv)
-                loss = c * F.cross_entropy(head(ha), yb) + (1 - c) * F.cross_entropy(head(hb), yb)
-                opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
-                for k in stats: stats[k] += info[k]
-        return head, stats
+# %% ../nbs/08c_pfl.ipynb #c6924298
+@patch
+def train_head(self: FedAFA, h, y, counts, cfg, seed) -> tuple[nn.Module, dict]:
+    "psi_k from the global head: afa_epochs of SGD on c CE(psi_k(h_aug), y) + (1 - c) CE(psi_k(h), y) over balanced batches."
+    hp, g = self.hp, torch.Generator().manual_seed(seed)
+    head = copy.deepcopy(self.net.head).requires_grad_(True)
+    opt = torch.optim.SGD(head.parameters(), lr=float(hp['afa_lr']), momentum=0.9, nesterov=True, weight_decay=5e-4)
+    adv, c, stats = dict(steps=int(hp['afa_steps']), step_size=float(hp['afa_step_size'])), float(hp['afa_c']), {'selected': 0, 'accepted': 0}
+    for _ in range(int(hp['afa_epochs'])):
+        order = balanced_order(y, counts, len(y), g)
+        for s in range(0, len(y), cfg.batch_size):
+            hb, yb = h[order[s:s + cfg.batch_size]], y[order[s:s + cfg.batch_size]]
+            ha, info = afa_batch(self.net.head, hb, yb, counts, float(hp['afa_p']), hp['afa_seed_rule'], g, **adv)
+            loss = c * F.cross_entropy(head(ha), yb) + (1 - c) * F.cross_entropy(head(hb), yb)
+            opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
+            for k in stats: stats[k] += info[k]
+    return head, stats
 
-    def finish_client(self, stage, d, cs, cfg, msg):
-        "Client k's personal classifier on its features from the global backbone (eval mode, computed once)."
-        if len(d) == 0: return cs, {}
-        was = self.net.training; self.net.eval()
-        try: h = forward_batched(self.net.backbone, d.x, 2048)
-        finally: self.net.train(was)
-        head, _ = self.train_head(h, d.y, d.counts, cfg, derive_seed(cfg.seed, 'afa', d.k))
-        return {**cs, **prefixed(head.state_dict(), 'afa.head.')}, {}
+# %% ../nbs/08c_pfl.ipynb #855469a1
+@patch
+def finish_client(self: FedAFA, stage, d, cs, cfg, msg):
+    "Client k's personal classifier on its features from the global backbone (eval mode, computed once)."
+    if len(d) == 0: return cs, {}
+    was = self.net.training; self.net.eval()
+    try: h = forward_batched(self.net.backbone, d.x, 2048)
+    finally: self.net.train(was)
+    head, _ = self.train_head(h, d.y, d.counts, cfg, derive_seed(cfg.seed, 'afa', d.k))
+    return {**cs, **prefixed(head.state_dict(), 'afa.head.')}, {}
 
-    def personal_logits(self, x, cstate, data):
-        h = self.net.backbone(x); z = self.net.head(h); ps = sub_state(cstate, 'afa.head.')
-        return with_masked({'personal': F.linear(h, ps['weight'], ps.get('bias')) if ps else z, 'global': z}, data.counts)
+@patch
+def personal_logits(self: FedAFA, x, cstate, data):
+    "PM: client k's classifier on the global features (`personal`) and the global model (`global`), each also masked."
+    h = self.net.backbone(x); z = self.net.head(h); ps = sub_state(cstate, 'afa.head.')
+    return with_masked({'personal': F.linear(h, ps['weight'], ps.get('bias')) if ps else z, 'global': z}, data.counts)

@@ -190,6 +190,7 @@ CIFAR-100-LT FedLoGe 0.4762 0.7229 0.4233 0.7285 0.4860 0.7099 0.4330 0.7195'''
 
 # %% ../nbs/15a_report.ipynb #e5a00001
 def _paper_t1() -> pd.DataFrame:
+    "FedLoGe's Table 1 from `T1_TEXT`: a row per (dataset, method), (alpha, IF, GM/PM) columns, fractions as printed."
     cols = pd.MultiIndex.from_tuples([(a, i, m) for a in ('alpha=0.5', 'alpha=1') for i in ('IF=50', 'IF=100') for m in ('GM', 'PM')])
     lines = T1_TEXT.splitlines()
     t = pd.DataFrame([[None if v == '-' else float(v) for v in l.split()[2:]] for l in lines],
@@ -215,6 +216,7 @@ PAPER_TABLES = {
     'table5': lambda: pd.DataFrame([('FedAvg', '3min11s'), ('FedProx', '5min24s'), ('FedRep', '4min07s'), ('FedBABU', '3min14s'), ('FedLoGe', '3min19s')],
                                    columns=['Method', 'Time Cost/Round']).set_index('Method')}
 
+# %% ../nbs/15a_report.ipynb #b08cd8fb
 def _to_percent(t: pd.DataFrame) -> pd.DataFrame:
     "A paper table's fractions as percent: numbers x 100, 'GM/PM' strings as 'GM / PM' in percent."
     def cell(v):

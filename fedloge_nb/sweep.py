@@ -53,6 +53,7 @@ class SweepSpec:
 
 # %% ../nbs/15_sweep.ipynb #f1a0c001
 def _check_hp_keys(where: str, hp: dict, methods: list):
+    "Each key of an `hp` table: `METHOD.NAME` for a method of the grid that has NAME, or a bare NAME that some method of the grid takes."
     for k in hp:
         if '.' in k:
             m, h = k.split('.', 1)
@@ -62,18 +63,11 @@ def _check_hp_keys(where: str, hp: dict, methods: list):
             known = sorted({h for m in methods for h in get_method(m).defaults})
             raise ValueError(f"unknown key {k!r} in {where}: no method of {methods} takes it; known keys: {', '.join(known)}")
 
-def parse_spec(d: dict, name: str = 'sweep') -> SweepSpec:
-    "Check a sweep dict (as read from TOML) and return a `SweepSpec`; unknown keys raise a ValueError naming them."
-    if not isinstance(d, dict): raise ValueError(f"a sweep must be a TOML table, got {type(d).__name__}")
-    _unknown('the sweep file', d, TOP_KEYS)
-    spec = SweepSpec(name=str(d.get('name', name)), description=str(d.get('description', '')), out=d.get('out'),
-                     meta=dict(d.get('meta', {})))
-    settable = [f for f in FIELDS if f != 'hp']
-    base = dict(d.get('base', {}))
-    if 'hp' in base: raise ValueError("[base] cannot hold 'hp': put method hyperparameters in [hp.METHOD] tables")
-    _unknown('[base]', base, settable)
+# %% ../nbs/15_sweep.ipynb #c9753744
+def _parse_grid(g: dict, base: dict, settable: list) -> tuple[dict, list]:
+    "The `[grid]` table as {FedConfig field: values} (aliases resolved) and its list of overrides, checked against `[base]`."
     grid, overrides = {}, [{}]
-    for k, v in d.get('grid', {}).items():
+    for k, v in g.items():
         if k == 'overrides':
             if not isinstance(v, list) or not v or not all(isinstance(o, dict) for o in v):
                 raise ValueError("grid.overrides must be a non-empty list of tables, e.g. overrides = [{}, {hp = {gamma = 0.1}}]")
@@ -84,20 +78,48 @@ def parse_spec(d: dict, name: str = 'sweep') -> SweepSpec:
         if not isinstance(v, list) or not v: raise ValueError(f"grid.{k} must be a non-empty list, e.g. {k} = [{v!r}]")
         if f in base: raise ValueError(f"{f!r} is set in both [base] and [grid]: keep one")
         grid[f] = list(v)
-    spec.base, spec.grid, spec.overrides = base, grid, overrides
-    methods = spec.methods
+    return grid, overrides
+
+# %% ../nbs/15_sweep.ipynb #9b7cd675
+def _check_known(methods: list, grid: dict, base: dict):
+    "Every method, dataset and model the grid can reach is registered (a ValueError naming the known ones otherwise)."
     for m in methods: get_method(m)
     for ds in grid.get('dataset', [base.get('dataset', 'fmnist')]): check_names(None, ds, None)
     for mo in grid.get('model', [base.get('model', 'cnn')]): check_names(None, None, mo)
+
+def _check_overrides(overrides: list, settable: list, methods: list):
+    "Each override sets only config fields, a `label` and an `hp` table whose keys some method of the grid takes."
     for i, o in enumerate(overrides):
         _unknown(f'grid.overrides[{i}]', o, settable + ['hp', 'label'])
         if not isinstance(o.get('hp', {}), dict): raise ValueError(f"grid.overrides[{i}].hp must be a table, e.g. hp = {{gamma = 0.1}}")
         _check_hp_keys(f'grid.overrides[{i}].hp', o.get('hp', {}), methods)
-    for m, h in d.get('hp', {}).items():
+
+def _method_hp(tables: dict, methods: list) -> dict:
+    "The `[hp.METHOD]` tables, checked: each names a method of the grid and only hyperparameters that method has."
+    out = {}
+    for m, h in tables.items():
         if m not in methods: raise ValueError(f"[hp.{m}]: {m!r} is not in the grid's methods {methods}")
         if not isinstance(h, dict): raise ValueError(f"[hp.{m}] must be a table of hyperparameters")
         _unknown(f'[hp.{m}]', h, list(get_method(m).defaults))
-        spec.hp[m] = dict(h)
+        out[m] = dict(h)
+    return out
+
+# %% ../nbs/15_sweep.ipynb #d1ffae8b
+def parse_spec(d: dict, name: str = 'sweep') -> SweepSpec:
+    "Check a sweep dict (as read from TOML) and return a `SweepSpec`; unknown keys raise a ValueError naming them."
+    if not isinstance(d, dict): raise ValueError(f"a sweep must be a TOML table, got {type(d).__name__}")
+    _unknown('the sweep file', d, TOP_KEYS)
+    spec = SweepSpec(name=str(d.get('name', name)), description=str(d.get('description', '')), out=d.get('out'),
+                     meta=dict(d.get('meta', {})))
+    settable = [f for f in FIELDS if f != 'hp']
+    base = dict(d.get('base', {}))
+    if 'hp' in base: raise ValueError("[base] cannot hold 'hp': put method hyperparameters in [hp.METHOD] tables")
+    _unknown('[base]', base, settable)
+    spec.base, (spec.grid, spec.overrides) = base, _parse_grid(d.get('grid', {}), base, settable)
+    methods = spec.methods
+    _check_known(methods, spec.grid, base)
+    _check_overrides(spec.overrides, settable, methods)
+    spec.hp = _method_hp(d.get('hp', {}), methods)
     rep = dict(d.get('report', {}))
     _unknown('[report]', rep, list(REPORT_DEFAULTS))
     spec.report = {**REPORT_DEFAULTS, **rep}
@@ -276,6 +298,7 @@ def load_histories(out, rows: list | None = None, status=('ok',)) -> pd.DataFram
     return pd.DataFrame([{**{k: r.get(k) for k in keep}, **h} for r in rows if r.get('status') in status
                          for h in read_history(out/str(r['cell'])/'history.csv')])
 
+# %% ../nbs/15_sweep.ipynb #b6fa3920
 def write_plots(spec: SweepSpec, rows: list, summary: list, out):
     "The sweep's PNGs in `out/plots`: learning curves per setting, a dot-and-interval plot per `[report] bars` metric, sensitivity plots."
     out = Path(out)
@@ -289,6 +312,7 @@ def write_plots(spec: SweepSpec, rows: list, summary: list, out):
     for x in spec.report['sensitivity']:
         plot_sensitivity(done, x, tuple(spec.report['curves']), out/'plots'/f'sensitivity_{_safe(x)}.png')
 
+# %% ../nbs/15_sweep.ipynb #c8bed41f
 def write_reports(spec: SweepSpec, cells: list, out, plots: bool = True) -> list:
     "Collect every cell's state from `out`, write results.csv, summary.csv, summary.md and plots; return the summary rows."
     out = Path(out)
@@ -311,6 +335,33 @@ def claim_cell(cell: Cell, out) -> Path | None:
     locks = Path(out)/'.locks'; locks.mkdir(parents=True, exist_ok=True)
     return take_lock(locks/f'{cell.name}.lock')
 
+# %% ../nbs/15_sweep.ipynb #74a17f86
+def _todo(cells: list, states: dict, only: str | None, max_cells: int | None, retry_failed: bool) -> tuple[tuple, list]:
+    "(the states not run again, the cells to run now): not done (nor failed, unless `retry_failed`), matching `only`, at most `max_cells`."
+    pat = re.compile(only) if only else None
+    skip = ('done',) if retry_failed else ('done', 'failed')
+    todo = [c for c in cells if states[c.name] not in skip and (pat is None or pat.search(c.name))]
+    if max_cells is not None: todo = todo[:max(0, int(max_cells))]
+    return skip, todo
+
+def _plan_line(spec: SweepSpec, cells: list, states: dict, todo: list, out) -> str:
+    "The sweep's plan in one line: cells, done, to run now, their rounds, and the time `[meta] sec_per_round` estimates."
+    n_done = sum(s == 'done' for s in states.values())
+    rounds = sum(c.cfg.rounds for c in todo)
+    plan = f"{spec.name}: {len(cells)} cells, {n_done} done, {len(todo)} to run now ({rounds} rounds) -> {out}"
+    est = spec.meta.get('sec_per_round')
+    if est: plan += f"; about {rounds * float(est) / 3600:.1f} h at {float(est):g} s/round"
+    return plan
+
+def _fed_for(cell: Cell, fed, fed_key: str | None) -> tuple:
+    "(federated data, its key) for `cell`: `fed` again when the cell's data arguments are those of `fed_key`, else built anew ((None, None) when that fails)."
+    k = json.dumps(cell.cfg.data_args(), sort_keys=True, default=str)
+    if k == fed_key: return fed, fed_key
+    try:
+        from fedloge_nb.data import make_fed_data
+        return make_fed_data(**cell.cfg.data_args()), k
+    except Exception: return None, None            # run_cell rebuilds it and records the error
+
 # %% ../nbs/15_sweep.ipynb #e5c00003
 def run_grid(spec: SweepSpec, cells: list, out, config_file: str | None = None, dry_run: bool = False, only: str | None = None,
              max_cells: int | None = None, device: str = 'auto', progress: bool = True, run_progress: bool = False,
@@ -320,17 +371,10 @@ def run_grid(spec: SweepSpec, cells: list, out, config_file: str | None = None, 
     out = Path(out)
     check_device(device)
     for c in cells: c.cfg.device = device
-    pat = re.compile(only) if only else None
     states = {c.name: cell_state(c, out) for c in cells}
-    skip = ('done',) if retry_failed else ('done', 'failed')
-    todo = [c for c in cells if states[c.name] not in skip and (pat is None or pat.search(c.name))]
+    skip, todo = _todo(cells, states, only, max_cells, retry_failed)
     n_failed = sum(s == 'failed' for s in states.values())
-    if max_cells is not None: todo = todo[:max(0, int(max_cells))]
-    n_done = sum(s == 'done' for s in states.values())
-    rounds = sum(c.cfg.rounds for c in todo)
-    plan = f"{spec.name}: {len(cells)} cells, {n_done} done, {len(todo)} to run now ({rounds} rounds) -> {out}"
-    est = spec.meta.get('sec_per_round')
-    if est: plan += f"; about {rounds * float(est) / 3600:.1f} h at {float(est):g} s/round"
+    plan = _plan_line(spec, cells, states, todo, out)
     if dry_run:
         run_now = {c.name for c in todo}
         print('\n'.join(f"{states[c.name]:7s} {'*' if c.name in run_now else ' '} {c.name}" for c in cells))
@@ -348,13 +392,7 @@ def run_grid(spec: SweepSpec, cells: list, out, config_file: str | None = None, 
         if lock is None: busy.append(c.name); continue          # another worker is running it
         try:
             if cell_state(c, out) in skip: continue             # another worker finished it (or failed) meanwhile
-            k = json.dumps(c.cfg.data_args(), sort_keys=True, default=str)
-            if k != fed_key:
-                fed, fed_key = None, None
-                try:
-                    from fedloge_nb.data import make_fed_data
-                    fed, fed_key = make_fed_data(**c.cfg.data_args()), k
-                except Exception: fed = None            # run_cell rebuilds it and records the error
+            fed, fed_key = _fed_for(c, fed, fed_key)
             if run_cell(c, out, fed, progress=run_progress, keep_checkpoints=keep_checkpoints) == 'failed': failed.append(c.name)
         finally: release_lock(lock)
         write_reports(spec, cells, out, plots=False)

@@ -13,9 +13,9 @@ import torch.nn.functional as F
 from fastcore.basics import patch
 from .datasets import (ArrayData, CACHE_VERSION, DATASETS, DataMissingError, DatasetInfo, FMNIST_FILES,
                                  IMG_EXTS, arrays_from_train_test, cache_path, data_root, fmnist_source_dir,
-                                 load_dataset, load_folder, prepare_fmnist_raw, atomic_write, _build_synthetic,
-                                 _dataset_key)
-from .partition import (SHOT_RULES, _check_alpha, _int_arg, check_imb_factor, dirichlet_partition, iid_partition,
+                                 load_dataset, load_folder, prepare_fmnist_raw, atomic_write, build_synthetic,
+                                 dataset_key)
+from .partition import (SHOT_RULES, check_alpha, int_arg, check_imb_factor, dirichlet_partition, iid_partition,
                                   local_test_counts, local_test_indices, long_tail_counts, long_tail_indices, partition_counts,
                                   per_class_subsample, proportional_within_rounding, shard_partition, shot_groups)
 
@@ -206,16 +206,16 @@ def stratified_holdout(parts: list, y: torch.Tensor, frac: float, seed: int) -> 
 def _check_fed_args(dataset, imb_factor, alpha, clients, partition, seed, shot_rule, max_per_class, test_max_per_class,
                     local_test_cap, val_frac) -> tuple[str, int, int]:
     "Validate the arguments of `make_fed_data` before any data is loaded: (dataset key, seed, K)."
-    key = _dataset_key(dataset)
+    key = dataset_key(dataset)
     check_imb_factor(imb_factor)
     if partition not in PARTITIONS: raise ValueError(f"unknown partition {partition!r}; use one of {PARTITIONS}")
-    if partition == 'dirichlet': _check_alpha(alpha)
+    if partition == 'dirichlet': check_alpha(alpha)
     if shot_rule not in SHOT_RULES: raise ValueError(f"unknown shot_rule {shot_rule!r}; use one of {SHOT_RULES}")
     if local_test_cap not in ('scale', 'clip'): raise ValueError(f"local_test_cap must be 'scale' or 'clip', got {local_test_cap!r}")
-    seed, K = _int_arg(seed, 'seed'), _int_arg(clients, 'clients (K)', 1)
+    seed, K = int_arg(seed, 'seed'), int_arg(clients, 'clients (K)', 1)
     if not (0 <= float(val_frac) < 0.5): raise ValueError(f"val_frac={val_frac} is outside [0, 0.5): use e.g. --val_frac 0.1 (0 = no validation split)")
     for v, nm in ((max_per_class, 'max_per_class'), (test_max_per_class, 'test_max_per_class')):
-        if v is not None: _int_arg(v, nm, 1)
+        if v is not None: int_arg(v, nm, 1)
     return key, seed, K
 
 # %% ../nbs/02b_data.ipynb #b9ea43d4
@@ -295,7 +295,7 @@ def augment_batch(xb: torch.Tensor, kind, generator=None, padding: int = 4) -> t
     B, C, H, W = xb.shape
     out = xb
     if kind == 'cifar':
-        p = _int_arg(padding, 'padding')
+        p = int_arg(padding, 'padding')
         padded = F.pad(xb, (p, p, p, p))
         dev = xb.device                                                    # random numbers come from the (CPU) generator
         oy = torch.randint(0, 2 * p + 1, (B,), generator=generator).to(dev)
@@ -308,7 +308,7 @@ def augment_batch(xb: torch.Tensor, kind, generator=None, padding: int = 4) -> t
 
 def batches(x, y, batch_size, shuffle=True, generator=None, augment=None, drop_last=False):
     "Iterator of (xb, yb) mini-batches from in-memory tensors; order from torch.randperm(generator=...) when shuffling."
-    bs = _int_arg(batch_size, 'batch_size', 1)
+    bs = int_arg(batch_size, 'batch_size', 1)
     if len(x) != len(y): raise ValueError(f"x and y differ in length: {len(x)} vs {len(y)}")
     if augment is not None and augment not in AUGMENTS: raise ValueError(f"unknown augmentation {augment!r}; use one of {AUGMENTS} or None")
     n = len(y)

@@ -11,12 +11,12 @@ from typing import Callable
 import numpy as np
 import torch
 import fedloge_nb
-from .partition import _int_arg, per_class_subsample
+from .partition import int_arg, per_class_subsample
 
 # %% auto #0
 __all__ = ['CACHE_VERSION', 'FMNIST_FILES', 'IMG_EXTS', 'DATASETS', 'DataMissingError', 'data_root', 'atomic_write', 'ArrayData',
-           'arrays_from_train_test', 'cache_path', 'fmnist_source_dir', 'prepare_fmnist_raw', 'load_folder',
-           'DatasetInfo', 'load_dataset']
+           'arrays_from_train_test', 'cache_path', 'fmnist_source_dir', 'prepare_fmnist_raw', 'build_synthetic',
+           'load_folder', 'DatasetInfo', 'dataset_key', 'load_dataset']
 
 # %% ../nbs/02_datasets.ipynb #7367f558
 class DataMissingError(FileNotFoundError, ValueError):
@@ -234,13 +234,13 @@ def _build_digits(root=None, download=False, test_per_class=50) -> tuple[ArrayDa
     keep = torch.ones(len(y), dtype=torch.bool); keep[test] = False
     return arrays_from_train_test(x[keep], y[keep], x[test], y[test], [str(i) for i in range(10)])
 
-def _build_synthetic(root=None, download=False, num_classes=10, n_train=500, n_test=100, img_size=8, channels=1,
+def build_synthetic(root=None, download=False, num_classes=10, n_train=500, n_test=100, img_size=8, channels=1,
                      noise=3.0, seed=0) -> tuple[ArrayData, ArrayData]:
     "Seeded Gaussian class clusters: x = mu_c + noise * eps with mu_c ~ N(0, I), n_train / n_test images per class."
-    C, ntr, nte = _int_arg(num_classes, 'num_classes', 1), _int_arg(n_train, 'n_train', 1), _int_arg(n_test, 'n_test', 1)
-    s, ch = _int_arg(img_size, 'img_size', 1), _int_arg(channels, 'channels', 1)
+    C, ntr, nte = int_arg(num_classes, 'num_classes', 1), int_arg(n_train, 'n_train', 1), int_arg(n_test, 'n_test', 1)
+    s, ch = int_arg(img_size, 'img_size', 1), int_arg(channels, 'channels', 1)
     if not float(noise) >= 0: raise ValueError(f"noise must be >= 0, got {noise!r}")
-    rng = np.random.default_rng(_int_arg(seed, 'seed'))
+    rng = np.random.default_rng(int_arg(seed, 'seed'))
     mu = rng.standard_normal((C, ch, s, s))
     def draw(n):
         y = np.repeat(np.arange(C), n)
@@ -295,7 +295,7 @@ def _read_list(f: Path, root: Path) -> tuple[list, list]:
 def load_folder(root, img_size=32, channels=3, train=None, test=None) -> tuple[ArrayData, ArrayData]:
     "Train/test ArrayData from an image folder (root/train/<class>/*) or file lists (root/train.txt: `path label`)."
     root = Path(root).expanduser()
-    s, ch = _int_arg(img_size, 'img_size', 1), _int_arg(channels, 'channels', 1)
+    s, ch = int_arg(img_size, 'img_size', 1), int_arg(channels, 'channels', 1)
     if ch not in (1, 3): raise ValueError(f"channels must be 1 (grey) or 3 (RGB), got {channels!r}")
     if not root.is_dir(): raise DataMissingError(f"dataset folder {root} does not exist (load_dataset('folder', root=<dataset folder>))")
     def find(arg, names):
@@ -331,12 +331,12 @@ DATASETS = {
     'cifar10': DatasetInfo(lambda root, download=False: _build_cifar('cifar10', root, download), 10, 3, 32, 'cifar', True, 'torchvision'),
     'cifar100': DatasetInfo(lambda root, download=False: _build_cifar('cifar100', root, download), 100, 3, 32, 'cifar', True, 'torchvision'),
     'digits': DatasetInfo(_build_digits, 10, 1, 8, None, False, 'scikit-learn load_digits, offline'),
-    'synthetic': DatasetInfo(_build_synthetic, 10, 1, 8, None, False, 'seeded Gaussian clusters'),
+    'synthetic': DatasetInfo(build_synthetic, 10, 1, 8, None, False, 'seeded Gaussian clusters'),
     'folder': DatasetInfo(lambda root, download=False, **kw: load_folder(root, **kw), None, None, None, None, False,
                           'image folder / file lists (root = the dataset folder)'),
 }
 
-def _dataset_key(name) -> str:
+def dataset_key(name) -> str:
     "Canonical registry key for `name` (case-insensitive), or a ValueError listing the known names."
     key = str(name).lower().replace('-', '').replace('_', '')
     key = {'fashionmnist': 'fmnist', 'cifar10lt': 'cifar10', 'cifar100lt': 'cifar100'}.get(key, key)
@@ -345,7 +345,7 @@ def _dataset_key(name) -> str:
 
 def load_dataset(name, root=None, download=False, refresh=False, **kwargs) -> tuple[ArrayData, ArrayData]:
     "(train, test) ArrayData of dataset `name` (see `DATASETS`), normalised once; file-based datasets cached in `root`."
-    key = _dataset_key(name); info = DATASETS[key]
+    key = dataset_key(name); info = DATASETS[key]
     if key == 'folder' and root is None: raise ValueError("load_dataset('folder') needs root=<the dataset folder>")
     build = lambda: info.build(root if key == 'folder' else data_root(root), download=download, **kwargs)
     if info.cache and not kwargs: return _cached(key, root, build, refresh)

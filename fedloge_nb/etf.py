@@ -8,10 +8,10 @@ import math, numbers
 import torch
 
 # %% auto #0
-__all__ = ['simplex_etf', 'col_norms', 'cosine_matrix', 'angle_matrix', 'etf_stats', 'plot_cosine_heatmap']
+__all__ = ['check_dims', 'simplex_etf', 'col_norms', 'cosine_matrix', 'angle_matrix', 'etf_stats', 'plot_cosine_heatmap']
 
 # %% ../nbs/00_etf.ipynb #307fee13
-def _check_dims(d, C, who: str):
+def check_dims(d, C, who: str):
     "Raise ValueError unless d and C are ints with C >= 2 and d >= C."
     if not (isinstance(d, numbers.Integral) and isinstance(C, numbers.Integral)):
         raise ValueError(f"{who}: d and C must be ints, got d={d!r}, C={C!r}")
@@ -23,7 +23,7 @@ def _check_dims(d, C, who: str):
 
 def simplex_etf(d: int, C: int, seed: int = 0, dtype=torch.float32) -> torch.Tensor:
     "Simplex ETF of Eq. 2 as a (d, C) tensor: unit columns, pairwise cosine -1/(C-1); seeded random rotation U."
-    _check_dims(d, C, 'simplex_etf')
+    check_dims(d, C, 'simplex_etf')
     g = torch.Generator().manual_seed(int(seed))
     d, C = int(d), int(C)
     U, _ = torch.linalg.qr(torch.randn(d, C, generator=g, dtype=torch.float64))

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 from fastcore.basics import patch
 from .datasets import atomic_write  # the one atomic file write (cache, results, checkpoints)
-from .guards import (_auto_device, save_json, save_csv, save_checkpoint, load_checkpoint, DivergenceError, check_finite,
+from .guards import (auto_device, save_json, save_csv, save_checkpoint, load_checkpoint, DivergenceError, check_finite,
                                check_device, RUN_FILES, lock_holder, check_folder, check_out, clear_run, run_lock, check_history)
 from .evaluation import (group_accuracy, eval_mode, evaluate_global, client_scores, personal_scores, val_view, evaluate,
                                    forward_batched)
@@ -529,7 +529,7 @@ def make_summary(cfg: FedConfig, fed, algo: Algorithm, final: dict, history: lis
 
 def start_run(algo: Algorithm, fed, cfg: FedConfig) -> tuple[list, list, dict]:
     "Build `algo` on `fed` and draw each client's initial state (seeded per client): (clients, client_states, global state)."
-    algo.device = torch.device(_auto_device(cfg.device))
+    algo.device = torch.device(auto_device(cfg.device))
     seed_everything(derive_seed(cfg.seed, 'build'))
     algo.build(fed, cfg)
     clients = client_datasets(fed, algo.device)

@@ -12,8 +12,8 @@ from .datasets import atomic_write  # the one atomic file write (cache, results,
 
 # %% auto #0
 __all__ = ['RUN_FILES', 'DiskFullError', 'disk_guard', 'save_json', 'save_csv', 'save_png', 'save_checkpoint', 'load_checkpoint',
-           'DivergenceError', 'check_finite', 'check_device', 'lock_holder', 'check_folder', 'check_out', 'clear_run',
-           'take_lock', 'release_lock', 'run_lock', 'check_history']
+           'DivergenceError', 'check_finite', 'auto_device', 'check_device', 'lock_holder', 'check_folder', 'check_out',
+           'clear_run', 'take_lock', 'release_lock', 'run_lock', 'check_history']
 
 # %% ../nbs/03a_guards.ipynb #87bc0200
 class DiskFullError(ValueError):
@@ -94,14 +94,14 @@ def check_finite(rnd: int, cfg: FedConfig, state, client: int | None = None, los
                           f"lower --lr (now {cfg.lr:g}) or check the data")
 
 # %% ../nbs/03a_guards.ipynb #70faf36f
-def _auto_device(device: str | None) -> str:
+def auto_device(device: str | None) -> str:
     "`device`, with None, '' and 'auto' resolved to cuda when a GPU is available, else cpu."
     if device in (None, '', 'auto'): return 'cuda' if torch.cuda.is_available() else 'cpu'
     return str(device)
 
 def check_device(device: str | None) -> str:
     "The device `device` names ('auto': cuda when there is one), or a ValueError listing the devices this machine has."
-    d = _auto_device(device)
+    d = auto_device(device)
     n = torch.cuda.device_count() if torch.cuda.is_available() else 0
     mps = getattr(torch.backends, 'mps', None) is not None and torch.backends.mps.is_available()
     have = ', '.join(['cpu'] + [f'cuda:{i}' for i in range(n)] + (['mps'] if mps else []))

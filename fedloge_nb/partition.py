@@ -9,9 +9,9 @@ import numpy as np
 import torch
 
 # %% auto #0
-__all__ = ['SHOT_RULES', 'partition_counts', 'check_imb_factor', 'long_tail_counts', 'long_tail_indices', 'dirichlet_partition',
-           'iid_partition', 'shard_partition', 'local_test_counts', 'local_test_indices',
-           'proportional_within_rounding', 'shot_groups', 'per_class_subsample']
+__all__ = ['SHOT_RULES', 'int_arg', 'partition_counts', 'check_imb_factor', 'long_tail_counts', 'long_tail_indices',
+           'check_alpha', 'dirichlet_partition', 'iid_partition', 'shard_partition', 'local_test_counts',
+           'local_test_indices', 'proportional_within_rounding', 'shot_groups', 'per_class_subsample']
 
 # %% ../nbs/02a_partition.ipynb #5bae2d26
 def _labels(y, name: str = 'y') -> np.ndarray:
@@ -34,7 +34,7 @@ def _num_classes(a: np.ndarray, num_classes=None) -> int:
         raise ValueError(f"num_classes={num_classes!r} must be an int >= the largest label + 1 ({C})")
     return int(num_classes)
 
-def _int_arg(v, name: str, lo: int = 0) -> int:
+def int_arg(v, name: str, lo: int = 0) -> int:
     "`v` as an int >= `lo` (bools and floats with a fraction are rejected)."
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
         raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
@@ -42,11 +42,11 @@ def _int_arg(v, name: str, lo: int = 0) -> int:
 
 def _rng(seed) -> np.random.Generator:
     "A private PCG64 generator for a non-negative int `seed`."
-    return np.random.default_rng(_int_arg(seed, 'seed'))
+    return np.random.default_rng(int_arg(seed, 'seed'))
 
 def _check_clients(clients, n: int) -> int:
     "Validate the number of clients K against the number of samples n."
-    K = _int_arg(clients, 'clients (K)', 1)
+    K = int_arg(clients, 'clients (K)', 1)
     if K > n: raise ValueError(f"clients={K} is larger than the number of samples ({n}): every client needs data; "
                                f"use at most {n} clients or more data (a smaller imb_factor or a larger max_per_class)")
     return K
@@ -76,7 +76,7 @@ def check_imb_factor(imb_factor) -> float:
 
 def long_tail_counts(n_max, C, imb_factor) -> list[int]:
     "Per-class sizes of the exponential long tail: n_c = floor(n_max * IF**(-c/(C-1))), class 0 the head."
-    n_max, C, f = _int_arg(n_max, 'n_max'), _int_arg(C, 'C (number of classes)', 1), check_imb_factor(imb_factor)
+    n_max, C, f = int_arg(n_max, 'n_max'), int_arg(C, 'C (number of classes)', 1), check_imb_factor(imb_factor)
     if C == 1: return [n_max]
     mu = 1.0 / f
     return [int(n_max * mu ** (c / (C - 1.0))) for c in range(C)]
@@ -88,7 +88,7 @@ def long_tail_indices(y, imb_factor, seed=0, n_max=None, num_classes=None) -> to
     if C == 0: raise ValueError("y is empty: nothing to subsample")
     avail = np.bincount(a, minlength=C)
     if avail.min() == 0: raise ValueError(f"class {int(avail.argmin())} has no samples; a long tail needs every class")
-    n_max = int(avail.min()) if n_max is None else _int_arg(n_max, 'n_max', 1)
+    n_max = int(avail.min()) if n_max is None else int_arg(n_max, 'n_max', 1)
     counts = long_tail_counts(n_max, C, imb_factor)
     short = [c for c in range(C) if counts[c] > avail[c]]
     if short:
@@ -100,7 +100,7 @@ def long_tail_indices(y, imb_factor, seed=0, n_max=None, num_classes=None) -> to
     return _sorted_long(np.concatenate(keep))
 
 # %% ../nbs/02a_partition.ipynb #33f5f288
-def _check_alpha(alpha) -> float:
+def check_alpha(alpha) -> float:
     "Validate the Dirichlet concentration alpha > 0."
     try: a = float(alpha)
     except (TypeError, ValueError): raise ValueError(f"alpha must be a positive number, got {alpha!r}") from None
@@ -130,8 +130,8 @@ def dirichlet_partition(y, clients, alpha, seed=0, min_size=0, max_tries=100, nu
                         split='proportional') -> list[torch.LongTensor]:
     "Split sample indices of `y` over `clients` with per-class proportions p_c ~ Dir(alpha 1_K); every sample to one client."
     a = _labels(y); N = a.size
-    K, alpha = _check_clients(clients, N), _check_alpha(alpha)
-    min_size, max_tries = _int_arg(min_size, 'min_size'), _int_arg(max_tries, 'max_tries', 1)
+    K, alpha = _check_clients(clients, N), check_alpha(alpha)
+    min_size, max_tries = int_arg(min_size, 'min_size'), int_arg(max_tries, 'max_tries', 1)
     if split not in ('proportional', 'sample'):
         raise ValueError(f"split must be 'proportional' (slices by p_c) or 'sample' (reference: owner ~ p_c per sample), got {split!r}")
     if K * min_size > N:
@@ -159,7 +159,7 @@ def iid_partition(y, clients, seed=0) -> list[torch.LongTensor]:
 def shard_partition(y, clients, classes_per_client=2, seed=0, num_classes=None) -> list[torch.LongTensor]:
     "k-classes-per-client split: each client owns `classes_per_client` distinct classes, each class split equally among its owners."
     a = _labels(y); K = _check_clients(clients, a.size); C = _num_classes(a, num_classes)
-    k = _int_arg(classes_per_client, 'classes_per_client', 1)
+    k = int_arg(classes_per_client, 'classes_per_client', 1)
     if k > C: raise ValueError(f"classes_per_client={k} exceeds the number of classes ({C})")
     if K * k < C:
         raise ValueError(f"clients x classes_per_client = {K} x {k} < {C} classes: some classes would belong to no client; "
@@ -184,7 +184,7 @@ def local_test_counts(client_counts, test_class_counts, n_train=None, cap='scale
         raise ValueError(f"client_counts must be a (K, C) matrix of counts >= 0 with C = {avail.size} test classes, got shape {cc.shape}")
     if cap not in ('scale', 'clip'):
         raise ValueError(f"cap must be 'scale' (keep proportions) or 'clip' (clip per class), got {cap!r}")
-    n_train = int(cc.sum()) if n_train is None else _int_arg(n_train, 'n_train', 1)
+    n_train = int(cc.sum()) if n_train is None else int_arg(n_train, 'n_train', 1)
     n_test = int(avail.sum())
     if n_train == 0: return torch.zeros(cc.shape, dtype=torch.long)
     t = np.floor(cc / n_train * n_test).astype(np.int64)             # reference rule, same float ops
@@ -252,6 +252,6 @@ def shot_groups(class_counts, rule='fedloge', thresholds=None) -> dict[str, torc
 # %% ../nbs/02a_partition.ipynb #962415c4
 def per_class_subsample(y, max_per_class, seed=0) -> torch.LongTensor:
     "Sorted indices keeping at most `max_per_class` seeded random samples of each class of `y`."
-    a = _labels(y); m = _int_arg(max_per_class, 'max_per_class', 1); rng = _rng(seed)
+    a = _labels(y); m = int_arg(max_per_class, 'max_per_class', 1); rng = _rng(seed)
     keep = [rng.permutation(np.flatnonzero(a == c))[:m] for c in range(_num_classes(a))]
     return _sorted_long(np.concatenate(keep) if keep else np.zeros(0, np.int64))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math, numbers, time
 import torch
 import torch.nn as nn
-from .etf import simplex_etf, etf_stats, cosine_matrix, plot_cosine_heatmap, _check_dims
+from .etf import simplex_etf, etf_stats, cosine_matrix, plot_cosine_heatmap, check_dims
 
 # %% auto #0
 __all__ = ['INIT_KINDS', 'PAPER_TABLE6', 'sparse_mask', 'l_norm', 'l_angle', 'sse_c_loss', 'sse_c_grad', 'optimize_sse_c',
@@ -104,7 +104,7 @@ INIT_KINDS = ('etf', 'xavier', 'gaussian', 'uniform', 'orthogonal', 'kaiming')
 
 def dense_init(d: int, C: int, kind: str = 'etf', seed: int = 0, dtype=torch.float32) -> torch.Tensor:
     "Dense d x C fixed-classifier matrix of a given kind (etf, xavier, gaussian, uniform, orthogonal, kaiming), seeded."
-    _check_dims(d, C, 'dense_init')
+    check_dims(d, C, 'dense_init')
     if kind == 'etf':
         return simplex_etf(d, C, seed=seed, dtype=dtype)
     g, w = torch.Generator().manual_seed(int(seed)), torch.empty(C, d, dtype=dtype)   # nn.Linear(d, C).weight
@@ -127,7 +127,7 @@ def sparse_init(d: int, C: int, kind: str = 'xavier', beta: float = 0.6, seed: i
 def sse_c(d: int, C: int, beta: float = 0.6, gamma: float = 1.0, steps: int = 10_000, lr: float = 1e-4,
           seed: int = 0, init='etf', rescale: bool = False, device=None, dtype=torch.float32, eps: float = 1e-5):
     "Static Sparse ETF Classifier (Eq. 5): optimise init * sparse_mask with masked Adam; returns (W (d, C), mask (d, C))."
-    _check_dims(d, C, 'sse_c'); _check_beta(beta)
+    check_dims(d, C, 'sse_c'); _check_beta(beta)
     if not (isinstance(gamma, numbers.Real) and gamma > 0):
         raise ValueError(f"gamma (target column norm) must be > 0, got {gamma!r}; use 1.0 (paper) or 0.1 (reference code)")
     if not (isinstance(steps, numbers.Integral) and steps >= 1):

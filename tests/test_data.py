@@ -35,7 +35,7 @@ def tiny_cached(monkeypatch):
     calls = []
     def build(root, download=False):
         calls.append(1)
-        return D._build_synthetic(num_classes=3, n_train=20, n_test=4, img_size=4)
+        return D.build_synthetic(num_classes=3, n_train=20, n_test=4, img_size=4)
     monkeypatch.setitem(D.DATASETS, 'tiny', D.DatasetInfo(build, 3, 1, 4, None, True, 'test'))
     return calls
 

@@ -10,13 +10,13 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.func import functional_call
 from fastcore.basics import patch
-from .federated import Algorithm, ClientData, register, derive_seed, local_sgd, Plugin, register_plugin
+from .federated import Algorithm, ClientData, register, derive_seed, local_sgd, Plugin, register_plugin, eval_mode, forward_batched
 from .models import CNN, MLP, CifarResNet, ResNet
 from .realign import mask_logits
-from .baselines_lt import balanced_softmax_ce
+from .baselines_lt import balanced_softmax_ce, class_balanced_indices
 
 # %% auto #0
-__all__ = ['ecl_groups', 'group_of', 'last_block', 'balanced_subset', 'ECLPlugin', 'ECL']
+__all__ = ['ecl_groups', 'group_of', 'last_block', 'balanced_subset', 'ECLPlugin', 'learn_lws', 'ECL']
 
 # %% ../nbs/09b_ecl.ipynb #1eadc81f
 def ecl_groups(counts, M: int = 2) -> list[torch.Tensor]:
@@ -79,12 +79,13 @@ class _PartlyTrainable(nn.Module):
 class ECLPlugin(Plugin):
     "ECL's Phase II (Lv et al. 2024) after any base: per client a balanced-softmax retrained classifier and M experts on count-sorted class groups."
     slot, personalises = 'classifier', True           # it retrains the linear head; it adds personalised models
-    defaults = dict(M=2, lam=0.5, ft_epochs=5, expert_epochs=5, ft_lr=None, tail='undersample')
+    defaults = dict(M=2, lam=0.5, ft_epochs=5, expert_epochs=5, ft_lr=None, tail='undersample', lws_epochs=10)
+    hp_added = dict(lws_epochs=10)   # Table 3's LWS mode, added after results were recorded: out of hp_key at its default
 
     @classmethod
     def post_hp(cls, epochs):
-        "Phase II in `epochs` local epochs: the classifier retraining gets ceil(epochs/2), the experts (one pass over the data together) floor(epochs/2)."
-        return {'ft_epochs': int(epochs) - int(epochs) // 2, 'expert_epochs': int(epochs) // 2}
+        "Phase II in `epochs` local epochs: the classifier retraining gets ceil(epochs/2), the experts (one pass over the data together) floor(epochs/2), Table 3's LWS scales `epochs`."
+        return {'ft_epochs': int(epochs) - int(epochs) // 2, 'expert_epochs': int(epochs) // 2, 'lws_epochs': int(epochs)}
     primary_global = 'global'
     primary_personal = 'ecl'
 
@@ -97,6 +98,7 @@ class ECLPlugin(Plugin):
         if int(self.hp['M']) < 1: raise ValueError(f"M={self.hp['M']}: ECL needs at least one expert")
         if not 0 <= float(self.hp['lam']) <= 1: raise ValueError(f"lam={self.hp['lam']} must be in [0, 1] (Eq. 6)")
         if self.hp['tail'] not in ('undersample', 'oversample'): raise ValueError(f"tail must be 'undersample' or 'oversample', got {self.hp['tail']!r}")
+        if int(self.hp['lws_epochs']) < 0: raise ValueError(f"lws_epochs={self.hp['lws_epochs']} must be >= 0 (0: no LWS mode)")
 
 # %% ../nbs/09b_ecl.ipynb #19cb1108
 @patch
@@ -124,6 +126,7 @@ def phase2(self: ECLPlugin, data, cfg) -> dict:
                else torch.nonzero(torch.isin(data.y.cpu(), cls)).flatten())
         self._train(ex, data, idx, cfg, derive_seed(s, 'expert', m), ce, self.hp['expert_epochs'])  # Eq. 4
         out.update({f'ecl.e{m}.{k}': v for k, v in ex.trained_state().items()})
+    if int(self.hp['lws_epochs']) > 0: out['ecl.lws'] = self.lws_scales(data, out, cfg, derive_seed(s, 'lws'))   # Table 3 (1)
     return out
 
 # %% ../nbs/09b_ecl.ipynb #2a0f5140
@@ -136,14 +139,14 @@ def finish_client(self: ECLPlugin, stage, d, cs, cfg, msg):
 
 # %% ../nbs/09b_ecl.ipynb #265a106b
 @patch
-def personal_logits(self: ECLPlugin, x, cstate, data):
+def expert_logits(self: ECLPlugin, x, cstate) -> tuple:
+    "(h, z0, z, r): features, retrained classifier's logits, experts' logits (class c from its expert) and Eq. 5's factor per class."
     net = self.net
-    if 'ecl.group' not in cstate: z = net(x); return {'ecl': z, 'global': z}  # during Phase I
     h = net.backbone(x)
     w0 = cstate['ecl.head0.weight']
     z0 = F.linear(h, w0, cstate.get('ecl.head0.bias'))
     grp, base = cstate['ecl.group'], None
-    zbar, zns = torch.empty_like(z0), torch.empty_like(z0)
+    z, r = torch.empty_like(z0), z0.new_empty(z0.shape[1])
     for m in range(int(grp.max()) + 1):
         pre = f'ecl.e{m}.'
         ov = {k[len(pre):]: v for k, v in cstate.items() if k.startswith(pre)}
@@ -152,12 +155,48 @@ def personal_logits(self: ECLPlugin, x, cstate, data):
             zm = functional_call(net, {**base, **ov}, (x,))
         else: zm = F.linear(h, ov['head.weight'], ov.get('head.bias'))
         cols = grp == m
-        zns[:, cols] = zm[:, cols]
-        zbar[:, cols] = (ov['head.weight'].pow(2).sum() / w0.pow(2).sum()) * zm[:, cols]      # Eq. 5
+        z[:, cols] = zm[:, cols]
+        r[cols] = ov['head.weight'].pow(2).sum() / w0.pow(2).sum()                    # Eq. 5: ||u_m||^2 / ||u_0||^2
+    return h, z0, z, r
+
+# %% ../nbs/09b_ecl.ipynb #eb2697f4
+@patch
+def personal_logits(self: ECLPlugin, x, cstate, data):
+    if 'ecl.group' not in cstate: z = self.net(x); return {'ecl': z, 'global': z}  # during Phase I
+    h, z0, z, r = self.expert_logits(x, cstate)
     lam = float(self.hp['lam'])
+    zbar = r * z                                                                               # Eq. 5
     o = lam * zbar + (1 - lam) * z0                                                            # Eq. 6
-    return {'ecl': o, 'experts': zbar, 'retrained': z0, 'global': net.head(h),
-            'ecl_noscale': lam * zns + (1 - lam) * z0, 'ecl_masked': mask_logits(o, data.counts)}
+    out = {'ecl': o, 'experts': zbar, 'retrained': z0, 'global': self.net.head(h),
+           'ecl_noscale': lam * z + (1 - lam) * z0, 'ecl_masked': mask_logits(o, data.counts)}
+    if 'ecl.lws' in cstate: out['ecl_lws'] = lam * cstate['ecl.lws'] * z + (1 - lam) * z0      # Table 3 (1): LWS, not Eq. 5
+    return out
+
+# %% ../nbs/09b_ecl.ipynb #db225fb0
+def learn_lws(z0, z, y, lam: float = 0.5, epochs: int = 10, lr: float = 0.05, momentum: float = 0.5, batch_size: int = 64,
+              seed: int = 0) -> torch.Tensor:
+    "LWS (Kang et al. 2020) in ECL's Eq. 6: per-class scales f (from 1) of the frozen experts' logits z in lam*f*z + (1-lam)*z0, class-balanced SGD."
+    f = torch.ones(z.shape[1], dtype=z.dtype, device=z.device, requires_grad=True)
+    if int(epochs) <= 0 or len(y) == 0: return f.detach()
+    opt = torch.optim.SGD([f], lr=lr, momentum=momentum)
+    g = torch.Generator().manual_seed(int(seed))
+    for _ in range(int(epochs)):
+        idx = class_balanced_indices(y.cpu(), len(y), g).to(z.device)
+        for i in range(0, len(idx), batch_size):
+            b = idx[i:i + batch_size]
+            loss = F.cross_entropy(lam * f * z[b] + (1 - lam) * z0[b], y[b])
+            opt.zero_grad(); loss.backward(); opt.step()
+    return f.detach()
+
+# %% ../nbs/09b_ecl.ipynb #78b261d7
+@patch
+def lws_scales(self: ECLPlugin, data, cstate, cfg, seed: int) -> torch.Tensor:
+    "Client side of ECL Table 3 (1): `learn_lws` on the logits of the client's frozen retrained classifier and experts on its training data."
+    C = len(data.counts)
+    with eval_mode(self):
+        zz = forward_batched(lambda xb: torch.cat(self.expert_logits(xb, cstate)[1:3], 1), data.x, 2048)
+    return learn_lws(zz[:, :C], zz[:, C:], data.y, float(self.hp['lam']), self.hp['lws_epochs'], self.hp['ft_lr'] or cfg.lr,
+                     cfg.momentum, cfg.batch_size, seed)
 
 # %% ../nbs/09b_ecl.ipynb #ecb0a001
 @register('ecl')

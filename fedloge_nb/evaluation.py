@@ -59,15 +59,17 @@ def evaluate_global(algo: Algorithm, fed, bs: int = 2048) -> dict:
 
 # %% ../nbs/03b_evaluation.ipynb #55ac0ecd
 def client_scores(algo: Algorithm, d: ClientData, cstate: dict, bs: int = 2048) -> dict:
-    "Client side of PM: `{mode: (accuracy in [0, 1], local test size)}` of its personalised model(s) on its local test set ({} if empty)."
+    "Client side of PM: `{mode: (accuracy, local test size, macro accuracy)}` of its personalised model(s) on its local test set ({} if empty)."
     if len(d.y_test) == 0: return {}
     with eval_mode(algo):
         preds = _predict(lambda xb: algo.personal_logits(xb, cstate, d), d.x_test, bs)
-    return {mode: ((pred == d.y_test).float().mean().item(), len(d.y_test)) for mode, pred in preds.items()}
+    y = d.y_test; n = torch.bincount(y); seen = n > 0                 # macro: mean recall over the classes of the local test set
+    macro = lambda p: (torch.bincount(y[p == y], minlength=len(n))[seen].double() / n[seen]).mean().item()
+    return {mode: ((pred == y).float().mean().item(), len(y), macro(pred)) for mode, pred in preds.items()}
 
 # %% ../nbs/03b_evaluation.ipynb #b37523a5
 def personal_scores(algo: Algorithm, scores: list) -> dict:
-    "PM from the clients' `client_scores`, in client order: unweighted and test-size-weighted means per mode, in %."
+    "PM from the clients' `client_scores`, in client order: unweighted, test-size-weighted and macro means per mode, in %."
     per, res = {}, {}
     for sc in scores:
         for mode, an in sc.items(): per.setdefault(mode, []).append(an)
@@ -76,6 +78,7 @@ def personal_scores(algo: Algorithm, scores: list) -> dict:
         sfx = '' if mode == algo.primary_personal else f'_{mode}'
         res[f'pm_acc{sfx}'] = 100 * float(a.mean())
         res[f'pm_acc_weighted{sfx}'] = 100 * float((a * n).sum() / n.sum())
+        res[f'pm_acc_macro{sfx}'] = 100 * float(np.mean([p[2] for p in accs]))
         if mode == algo.primary_personal:
             res[f'pm_acc_{mode}'] = res['pm_acc']; res['client_acc'] = [round(100 * float(v), 4) for v in a]
     res['pm_clients'] = len(per.get(algo.primary_personal, []))
@@ -89,7 +92,7 @@ def val_view(fed, clients: list):
 
 # %% ../nbs/03b_evaluation.ipynb #dd4eabbd
 def evaluate(algo: Algorithm, fed, clients: list, client_states: list, bs: int = 2048, split: str = 'test') -> dict:
-    "GM (+ many/med/few) and PM (unweighted and weighted) accuracy for every inference mode, in %; `split='val'`: on validation data, keys `val_*`."
+    "GM (+ many/med/few) and PM (unweighted, weighted, macro) accuracy for every inference mode, in %; `split='val'`: on validation data, keys `val_*`."
     if split == 'val':
         if not getattr(fed, 'has_val', False): return {}
         vfed, vcl = val_view(fed, clients)

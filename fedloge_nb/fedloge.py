@@ -56,8 +56,8 @@ class FedLoGe(Algorithm):
     "FedLoGe (Xiao et al., ICLR 2024): SSE-C backbone + aggregated psi + local phi_k, then GA-FR / LA-FR."
     kind = 'generic+personalised'
     defaults = dict(beta=0.6, gamma=4.0, sse_steps=10_000, sse_lr=1e-4, classifier='sse_c', ga_fr=True, la_fr=True,
-                    ft_epochs=5, ft_lr=None, personal='paper', sparse=False, dr_loss=False, proj=False)
-    hp_added = dict(sparse=False, dr_loss=False, proj=False)   # Table 8/9 switches, added after results were recorded
+                    ft_epochs=5, ft_lr=None, personal='paper', sparse=False, dr_loss=False, proj=False, ft_curve=None)
+    hp_added = dict(sparse=False, dr_loss=False, proj=False, ft_curve=None)   # Table 8/9 switches, Fig. 5's curve: added after results were recorded
 
     def __init__(self, **hp):
         super().__init__(**hp)
@@ -72,6 +72,9 @@ class FedLoGe(Algorithm):
         lrs = self.hp['ft_lr'] if isinstance(self.hp['ft_lr'], (list, tuple)) else [self.hp['ft_lr']]
         if not lrs or any(l is not None and not float(l) > 0 for l in lrs):
             raise ValueError(f"ft_lr must be a positive number, None (= the training lr) or a non-empty list of candidates, got {self.hp['ft_lr']!r}")
+        fc = self.hp['ft_curve']
+        if fc is not None and (len(lrs) > 1 or not all(isinstance(e, int) and e >= 0 for e in fc)):
+            raise ValueError(f"ft_curve must list epoch counts >= 0 and needs one ft_lr, got ft_curve={fc!r}, ft_lr={self.hp['ft_lr']!r}")
         self.ft_choice = {}
 
     def build(self, fed, cfg):
@@ -153,7 +156,8 @@ def global_logits(self: FedLoGe, x):
 def personal_logits(self: FedLoGe, x, cstate, data):
     h = self.net.theta(x); psi, phi, n = self.net.psi.weight, cstate['phi'], data.counts
     phi_p = cstate.get('phi_prime', la_fr(psi, phi))                 # finetuned phi'_k after `finish`
-    return {'phi': h @ phi.T,
+    curve = {f"la_fr_ft{k[len('phi_prime_ft'):]}": personal_logits(h, W, counts=n) for k, W in cstate.items() if k.startswith('phi_prime_ft')}
+    return {**curve, 'phi': h @ phi.T,
             'la_fr': personal_logits(h, phi_p, counts=n),                      # paper: {theta, phi'_k}
             'la_fr_ref': personal_logits(h, phi_p, phi, n, form='reference'),  # reference code: phi_k(h) + phi'_k(h)
             'la_fr_noft': personal_logits(h, la_fr(psi, phi), counts=n),       # Eq. 7 before finetuning
@@ -169,7 +173,7 @@ def _ft_lrs(self: FedLoGe, cfg) -> list:
 @patch
 def finish_rounds(self: FedLoGe, cfg):
     "Stage 3 in one client stage, or two when `ft_lr` lists candidates (clients score them on validation, the server picks one)."
-    if self.hp['ft_epochs'] <= 0: return 0
+    if self.hp['ft_epochs'] <= 0 and not self.hp['ft_curve']: return 0
     if len(self._ft_lrs(cfg)) > 1 and not cfg.val_frac:
         raise ValueError(f"ft_lr={self.hp['ft_lr']} lists candidates to choose on validation data, but the run has none: set --val_frac (e.g. 0.1)")
     return 1 if len(self._ft_lrs(cfg)) == 1 else 2
@@ -194,7 +198,7 @@ def finish_client(self: FedLoGe, stage, d, cs, cfg, msg):
             W = finetune_head(W, h, d.y, epochs=self.hp['ft_epochs'], lr=lr, momentum=cfg.momentum,
                               batch_size=cfg.batch_size, seed=derive_seed(cfg.seed, 'ft', d.k), counts=d.counts)
         Ws.append(W)
-    if len(lrs) == 1: return {**cs, 'phi_prime': Ws[0]}, {}
+    if len(lrs) == 1: return {**cs, 'phi_prime': Ws[0], **self.ft_curve_heads(psi, cs['phi'], h, d, cfg, lrs[0])}, {}
     rep = {} if hv is None else {'val_acc': [(personal_logits(hv, W, cs['phi'], d.counts, self.hp['personal']).argmax(1) == d.y_val).float().mean().item() for W in Ws]}
     return {**cs, **{f'phi_prime_cand{i}': W for i, W in enumerate(Ws)}}, rep
 
@@ -213,3 +217,16 @@ def finish_server(self: FedLoGe, stage, cfg, reports):
         if best is None or score > best[1]: best = (i, score, lr)
     self.ft_choice['ft_lr_selected'] = best[2]
     return {'ft_lr_index': best[0]}
+
+# %% ../nbs/05_fedloge.ipynb #8e2416d3
+@patch
+def ft_curve_heads(self: FedLoGe, psi, phi, h, d, cfg, lr: float) -> dict:
+    "Fig. 5: phi'_k after e epochs of stage-3 finetuning (its seed and lr) for each e of `ft_curve`, as `phi_prime_ft{e}` tensors."
+    out = {}
+    for e in self.hp['ft_curve'] or []:
+        W = la_fr(psi, phi)
+        if h is not None:
+            W = finetune_head(W, h, d.y, epochs=int(e), lr=lr, momentum=cfg.momentum, batch_size=cfg.batch_size,
+                              seed=derive_seed(cfg.seed, 'ft', d.k), counts=d.counts)
+        out[f'phi_prime_ft{int(e)}'] = W
+    return out

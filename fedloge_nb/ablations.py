@@ -141,6 +141,15 @@ ABLATIONS['fedloge_table9'] = Ablation(
     {**FIXED, 'gm_acc': 'GM (GA-FR)', 'pm_acc': 'PM'},
     [Check(f'sparsity helps {name}', f'fedloge sparse_{k}', f'fedloge {k}', 'gm_acc_sse_c') for k, (name, _, _) in _T9.items()])
 
+# %% ../nbs/15c_ablations.ipynb #e7f79daf
+_PM = {'pm_acc': 'PM (avg)', 'pm_acc_macro': 'PM (macro)', 'pm_acc_weighted': 'PM (weighted)'}
+ABLATIONS['fedloge_table7'] = Ablation(
+    'FedLoGe Table 7: LA-FR from the real class distribution or from the norms of phi_k', 'fedloge_table7_fig5',
+    lambda: _table(_pct([('LA-FR (real distribution)', .6200, .2680, .5604), ('LA-FR (norm)', .7273, .5316, .7129)]), list(_PM.values()), 'model'),
+    {'fedloge': 'FedLoGe'},
+    {**{f'{k}_la_fr_dist': f'{v}, distribution' for k, v in _PM.items()}, **{f'{k}_la_fr_noft': f'{v}, norm' for k, v in _PM.items()}},
+    [Check(f'norm beats distribution, {v}', 'fedloge', None, f'{k}_la_fr_noft', f'{k}_la_fr_dist') for k, v in _PM.items()])
+
 # %% ../nbs/15c_ablations.ipynb #5ed2c484
 _SHARDS = ['C10-100-2', 'C10-100-5', 'C100-100-20']
 _OPT = [('FedAvg', 'fedavg', 1.8, 0.8, -1.1), ('SCAFFOLD', 'scaffold', 9.0, 3.5, 1.4), ('FedNova', 'fednova', 1.5, 0.0, 0.5),
@@ -195,6 +204,16 @@ ABLATIONS['ecl_table4'] = Ablation(
     {l: n for n, l, *_ in _T4E}, {'pm_acc': 'PM with ECL', 'pm_acc_global': 'PM without', 'gm_acc': 'GM'},
     [*[Check(f'{e}: ECL helps {n}', l, None, 'pm_acc', 'pm_acc_global', setting=s) for s, e in _IFS.items() for n, l, *_ in _T4E],
      *[Check(f'IF = 100: FedAvg in phase I beats {n}', 'ecl', l, 'pm_acc', setting='fmnist_if100_a0.2') for n, l, *_ in _T4E[1:]]],
+    settings=_IFS)
+
+# %% ../nbs/15c_ablations.ipynb #2d357dd1
+ABLATIONS['ecl_table3'] = Ablation(
+    'ECL Table 3: output aggregation of the experts (PM)', 'ecl_table3_aggregation',
+    lambda: _table([('with LWS', 82.17, 73.67, 70.24), ('without scaling', 81.47, 73.65, 71.58), ('with scaling (ECL)', 86.32, 79.45, 76.26)],
+                   ['IF = 10', 'IF = 50', 'IF = 100'], 'aggregation'),
+    {'ecl': 'ECL'}, {'pm_acc_ecl_lws': 'with LWS', 'pm_acc_ecl_noscale': 'without scaling', 'pm_acc': 'with scaling (ECL)'},
+    [c for s, e in _IFS.items() for c in (Check(f'{e}: scaling beats LWS', 'ecl', None, 'pm_acc', 'pm_acc_ecl_lws', setting=s),
+                                           Check(f'{e}: scaling beats no scaling', 'ecl', None, 'pm_acc', 'pm_acc_ecl_noscale', setting=s))],
     settings=_IFS)
 
 # %% ../nbs/15c_ablations.ipynb #2747689f

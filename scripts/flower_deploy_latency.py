@@ -168,6 +168,7 @@ def main(argv=None):
     lines += ['Timeline:', '', timeline_markdown(rows)]
     text = '\n'.join(lines) + '\n'
     print(text)
+    import shutil; shutil.rmtree(work, ignore_errors=True)          # the job's files (the report holds what counts)
     if a.out: Path(a.out).parent.mkdir(parents=True, exist_ok=True); Path(a.out).write_text(text)
 
 

@@ -11,7 +11,7 @@ from .commands import (COMMANDS, COMMAND_MODULES, register_command, load_command
                                  config_flags, command_config, check_names)
 from .sweep import compare_spec, expand, cell_state, run_grid
 from .aggregate import summary_markdown
-_config, _check_names = command_config, check_names   # the earlier names, still imported by the flower module
+
 
 # %% auto #0
 __all__ = ['run', 'compare', 'main_job', 'main']
@@ -58,6 +58,7 @@ def compare(methods: str = 'fedavg,fedloge',   # comma-separated methods
             out: str = 'runs/compare',        # output folder
             progress: bool_arg = True,        # show progress bars
             retry_failed: bool_arg = False,   # run again the runs that failed with this same config
+            workers: int = 1,                 # runs side by side in this many processes (one torch thread each; same numbers)
             **config) -> str:                 # every other flag: a `FedConfig` field (`config_flags`)
     "Run methods x seeds on the same federated data as a grid of the sweep runner (resumable); print and save the mean ± std table."
     base = command_config(compare, config)
@@ -74,7 +75,7 @@ def compare(methods: str = 'fedavg,fedloge',   # comma-separated methods
     for c in cells:                    # device, data and every method's hyperparameter values, checked before any write
         if c.cfg.seed == sd[0] and cell_state(c, out) != 'done':
             c.cfg.device = base.device; fed0 = check_run(c.cfg, fed0)
-    summary = run_grid(spec, cells, out, device=base.device, progress=progress, run_progress=progress, retry_failed=retry_failed)
+    summary = run_grid(spec, cells, out, device=base.device, progress=progress, run_progress=progress, retry_failed=retry_failed, workers=workers)
     table = summary_markdown(summary, spec.report['metrics'])
     print(spec.description); print(table)
     failed = [r['group'] for r in summary if r['n_failed']]
@@ -84,10 +85,15 @@ def compare(methods: str = 'fedavg,fedloge',   # comma-separated methods
 
 # %% ../nbs/07_cli.ipynb #7fb8796c
 @register_command(name='main')
-def main_job(out: str = 'runs/main', seeds: str = '0', rounds: int = 100, device: str = 'auto', progress: bool_arg = True):
+def main_job(out: str = 'runs/main',   # output folder (the layout of `compare`)
+             seeds: str = '0',          # comma-separated seeds
+             rounds: int = 100,         # federated rounds
+             device: str = 'auto',      # cpu, cuda, ...
+             progress: bool_arg = True, # progress bars
+             workers: int = 2):         # the runs side by side in this many processes, one torch thread each (1: one after the other)
     "The main job: FedLoGe vs FedAvg on FMNIST-LT (IF=100, alpha=0.5, 20 clients, small CNN)."
     return compare(methods='fedavg,fedloge', seeds=seeds, dataset='fmnist', imb_factor=100, alpha=0.5, clients=20,
-                   rounds=rounds, model='cnn', device=device, out=out, progress=progress)
+                   rounds=rounds, model='cnn', device=device, out=out, progress=progress, workers=workers)
 
 def main(argv=None):
     "Entry point of the `fedloge_nb` console script: `fedloge_nb COMMAND [--flags]`, COMMAND one of `COMMANDS` (after `load_commands`)."

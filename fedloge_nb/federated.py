@@ -26,9 +26,9 @@ __all__ = ['METHODS', 'KINDS', 'PLUGINS', 'METHOD_MODULES', 'METHODS_ENV', 'FedC
            'sample_clients', 'ClientData', 'client_datasets', 'weighted_average', 'ClientResult', 'register',
            'Algorithm', 'shared', 'local_sgd', 'FedAvg', 'Plugin', 'register_plugin', 'composable_bases', 'compose',
            'method_modules', 'load_methods', 'get_method', 'matched_hp', 'make_algorithm', 'RunResult', 'last_k_means',
-           'hp_key', 'make_summary', 'start_run', 'run_fl', 'check_run', 'atomic_write', 'save_json', 'save_csv',
-           'save_checkpoint', 'load_checkpoint', 'DivergenceError', 'check_finite', 'check_device', 'check_out',
-           'run_lock', 'evaluate', 'forward_batched']
+           'hp_key', 'scalar_metrics', 'make_summary', 'start_run', 'run_fl', 'check_run', 'atomic_write', 'save_json',
+           'save_csv', 'save_checkpoint', 'load_checkpoint', 'DivergenceError', 'check_finite', 'check_device',
+           'check_out', 'run_lock', 'evaluate', 'forward_batched']
 
 # %% ../nbs/04_federated.ipynb #98d60cf2
 @dataclass
@@ -492,7 +492,9 @@ def hp_key(algo) -> str:
     return json.dumps({**hp, '_revision': rev} if rev else hp, sort_keys=True, default=str)
 
 # %% ../nbs/04_federated.ipynb #2c59751d
-def _scalars(d: dict) -> dict: return {k: v for k, v in d.items() if not isinstance(v, (list, dict, tuple))}
+def scalar_metrics(d: dict) -> dict:
+    "The entries of metrics `d` that are numbers or text, the columns of `history.csv` (lists such as `client_acc` go to the summary only)."
+    return {k: v for k, v in d.items() if not isinstance(v, (list, dict, tuple))}
 
 def _evaluate_all(algo, fed, clients, client_states) -> dict:
     "Test and validation metrics plus the method's diagnostics."
@@ -592,7 +594,7 @@ def _finish(algo, fed, cfg: FedConfig, clients, client_states, history, train_ti
         oalgo.hp.update({k: {**type(algo).defaults, **cfg.hp}[k] for k in matched_hp(type(algo), cfg)})
         seed_everything(derive_seed(cfg.seed, 'finish'))
         ostates = oalgo.finish(fed, cfg, clients, ostates)
-        summary.update({f'own_{k}': v for k, v in _scalars(_evaluate_all(oalgo, fed, clients, ostates)).items()})
+        summary.update({f'own_{k}': v for k, v in scalar_metrics(_evaluate_all(oalgo, fed, clients, ostates)).items()})
         summary['own_hp'] = oalgo.hp
     return client_states, summary
 
@@ -617,7 +619,7 @@ def run_fl(cfg: FedConfig, fed=None, out=None, resume: bool = False, progress: b
         gstate, loss, n_clients = _train_round(algo, cfg, clients, client_states, gstate, rnd)
         train_time += time.perf_counter() - t0
         if rnd % cfg.eval_every == 0 or rnd == cfg.rounds:
-            m = _scalars(_evaluate_all(algo, fed, clients, client_states))
+            m = scalar_metrics(_evaluate_all(algo, fed, clients, client_states))
             history.append({'round': rnd, 'train_loss': loss, 'clients': n_clients, 'train_time_s': round(train_time, 3), **m})
             bar.set_postfix({k: f"{m[k]:.1f}" for k in ('gm_acc', 'pm_acc') if m.get(k) is not None})
             if out is not None: save_csv(out/'history.csv', history)

@@ -13,7 +13,7 @@ from tqdm.auto import tqdm
 from fastcore.basics import patch
 from .federated import (FedConfig, ClientResult, make_algorithm, start_run, sample_clients, derive_seed, check_finite,
                         check_device, evaluate_global, client_scores, personal_scores, val_view, make_summary, get_method,
-                        matched_hp, hp_key, seed_everything, save_json, save_csv, _scalars, DivergenceError)
+                        matched_hp, hp_key, seed_everything, save_json, save_csv, scalar_metrics, DivergenceError)
 from .guards import save_checkpoint, load_checkpoint
 
 def to_record(state: dict):
@@ -35,11 +35,12 @@ def unpack(b: bytes, device='cpu'):
     return torch.load(io.BytesIO(b), map_location=device, weights_only=True)
 
 # %% auto #0
-__all__ = ['STATE_KEY', 'APP_FILES', 'to_record', 'from_record', 'pack', 'unpack', 'run_key', 'own_hp', 'client_setup',
-           'own_algo', 'state_dir', 'load_client_state', 'save_client_state', 'client_train', 'client_evaluate',
-           'client_finish', 'client_query', 'make_client_app', 'FlowerError', 'check_min_clients', 'EngineStrategy',
-           'LocalGrid', 'run_flower', 'make_server_app', 'tagged_processes', 'write_app', 'make_certificates',
-           'make_node_key', 'Deployment', 'run_deployment', 'deploy']
+__all__ = ['STATE_KEY', 'APP_FILES', 'APP_ID', 'NODE_MAIN', 'to_record', 'from_record', 'pack', 'unpack', 'run_key', 'own_hp',
+           'client_setup', 'own_algo', 'state_dir', 'load_client_state', 'save_client_state', 'client_train',
+           'client_evaluate', 'client_finish', 'client_query', 'make_client_app', 'FlowerError', 'check_min_clients',
+           'send_and_receive', 'trace_mark', 'EngineStrategy', 'LocalGrid', 'run_flower', 'make_server_app',
+           'tagged_processes', 'write_app', 'make_certificates', 'make_node_key', 'run_task', 'serve_clientapps',
+           'Deployment', 'run_deployment', 'deploy']
 
 # %% ../nbs/16_flower.ipynb #357afc40
 _CLIENT: dict = {}   # this process's client side of one run (a Ray actor or a SuperNode serves many messages)
@@ -115,8 +116,8 @@ def _client(msg, context):
     return c, cfg, algo, clients[k], load_client_state(context, c, k, states[k], algo.device), k
 
 def _problem(state) -> str:
-    from fedloge_nb.guards import _nonfinite
-    bad = _nonfinite(state); return '' if bad is None else bad
+    from fedloge_nb.guards import nonfinite
+    bad = nonfinite(state); return '' if bad is None else bad
 
 def _reply(msg, info: dict, **records):
     from flwr.app import ConfigRecord, Message, RecordDict
@@ -184,9 +185,28 @@ def check_min_clients(m) -> float:
     if not (0 < m < 1 or (m >= 1 and m == int(m))): raise ValueError(f"--min_clients {m:g}: give a count >= 1 or a fraction in (0, 1) of the clients asked")
     return m
 
+# %% ../nbs/16_flower.ipynb #184f773d
+def send_and_receive(grid, messages, timeout: float | None = None, poll: float = 0.25) -> list:
+    "Flower's `grid.send_and_receive`, pulling the replies after 0.05 s, then less and less often up to every `poll` s, until all came back or `timeout` s passed."
+    if not hasattr(grid, 'push_messages'): return list(grid.send_and_receive(messages, timeout=timeout))
+    ids, out, wait = set(grid.push_messages(messages)), [], min(0.05, poll)
+    end = None if timeout is None else time.monotonic() + timeout
+    while ids:
+        got = list(grid.pull_messages(ids)); out += got
+        ids -= {m.metadata.reply_to_message_id for m in got}
+        if not ids or (end is not None and time.monotonic() >= end): break
+        time.sleep(wait); wait = min(poll, wait * 1.5)
+    return out
+
+def trace_mark(path, what: str):
+    "Append 'unix time<TAB>what' to the trace file `path` (one write, so several processes can share the file); no path: nothing."
+    if path:
+        with open(path, 'a') as f: f.write(f"{time.time():.3f}\t{what}\n")
+
 # %% ../nbs/16_flower.ipynb #f41611d9
 class EngineStrategy:
     "A Flower `Strategy` that is the engine's round loop: the same sampling, seeds, aggregation order, evaluation and post-training stages."
+    trace, poll = None, 0.25                                          # trace file of `trace_mark` (None: none); longest wait between pulls for replies
     def __init__(self, cfg: FedConfig, fed=None, out=None, progress: bool = True, timeout: float | None = 600.0, node_wait: float = 120.0,
                  resume: bool = False, min_clients: float = 1, state_dir=None):
         cfg = cfg.validate()
@@ -227,7 +247,7 @@ def _query(self: EngineStrategy, grid, ids) -> dict:
     from flwr.app import ConfigRecord, Message, MessageType, RecordDict
     msgs = [Message(content=RecordDict({'config': ConfigRecord({})}), dst_node_id=i, message_type=MessageType.QUERY) for i in ids]
     seen = {}
-    for m in grid.send_and_receive(msgs, timeout=self.timeout):
+    for m in send_and_receive(grid, msgs, self.timeout, self.poll):
         self.queried.add(m.metadata.src_node_id)
         if not m.has_error(): seen.setdefault(int(m.content['info']['k']), m.metadata.src_node_id)
     return seen
@@ -239,11 +259,12 @@ def discover(self: EngineStrategy, grid):
     while len(ids := list(grid.get_node_ids())) < self.cfg.clients:
         if time.monotonic() - t0 > self.node_wait:
             raise FlowerError(f"only {len(ids)} of {self.cfg.clients} SuperNodes connected within {self.node_wait} s: start one per client")
-        time.sleep(0.5)
+        time.sleep(self.poll)
     seen = self._query(grid, ids)
     missing = sorted(set(range(self.cfg.clients)) - set(seen))
     if missing: raise FlowerError(f"no SuperNode has partition-id {missing}: start each with --node-config 'partition-id=K num-partitions={self.cfg.clients}'")
     self.nodes = {k: seen[k] for k in range(self.cfg.clients)}
+    trace_mark(self.trace, f'{self.cfg.clients} SuperNodes found')
 
 # %% ../nbs/16_flower.ipynb #3da165d6
 @patch
@@ -263,12 +284,14 @@ def exchange(self: EngineStrategy, grid, asked: list, messages: list, what: str)
     sent = [inv[m.metadata.dst_node_id] for m in messages]
     failed = {k: 'its node is not connected' for k in asked if k not in sent}
     got = {}
-    for m in (grid.send_and_receive(messages, timeout=self.timeout) if messages else []):
+    trace_mark(self.trace, f'{what}: sent to {len(messages)}')
+    for m in (send_and_receive(grid, messages, self.timeout, self.poll) if messages else []):
         k = inv.get(m.metadata.src_node_id)
         if k not in sent: continue
         if m.has_error(): failed[k] = (m.error.reason.strip().splitlines() or ['error'])[-1][:300]
         else: got[k] = m.content
     failed.update({k: f'no reply within {self.timeout} s' for k in sent if k not in got and k not in failed})
+    trace_mark(self.trace, f'{what}: {len(got)} answered')
     for k in sorted(failed):
         self.failures.append({'what': what, 'client': k, 'reason': failed[k]})
         print(f"fedloge_nb flower: {what}: client {k} did not answer ({failed[k]})", file=sys.stderr, flush=True)
@@ -385,7 +408,7 @@ def own_budget(self: EngineStrategy, grid, arrays, algo, tags) -> dict:
     algo.hp.update(own_hp(self.cfg))
     self.finish(grid, arrays, algo, tags, 'own')
     m = self.evaluate(grid, self.cfg.rounds, arrays, 'own final evaluation', algo, tags, 'own')
-    return {**{f'own_{k}': v for k, v in _scalars(m).items()}, 'own_hp': algo.hp}
+    return {**{f'own_{k}': v for k, v in scalar_metrics(m).items()}, 'own_hp': algo.hp}
 
 # %% ../nbs/16_flower.ipynb #8a1ddd2a
 @patch
@@ -433,7 +456,7 @@ def start(self: EngineStrategy, grid, initial_arrays=None, num_rounds=None, time
         arrays = self.train_round(grid, rnd, arrays)
         train_time += time.perf_counter() - t0
         if rnd % cfg.eval_every == 0 or rnd == cfg.rounds:
-            m = _scalars(self.evaluate(grid, rnd, arrays, f'evaluation {rnd}'))
+            m = scalar_metrics(self.evaluate(grid, rnd, arrays, f'evaluation {rnd}'))
             history.append({'round': rnd, 'train_loss': self.loss, 'clients': self.n_clients, 'train_time_s': round(train_time, 3), **m,
                             'clients_asked': self.asked, 'clients_answered': self.answered, 'client_failures': len(self.failures)})
             bar.set_postfix({k: f"{m[k]:.1f}" for k in ('gm_acc', 'pm_acc') if m.get(k) is not None})
@@ -523,6 +546,7 @@ def run_flower(cfg, fed=None, out=None, workers: int = 2, progress: bool = True,
     for c in cfgs: check_device(c.device)
     strategies = [EngineStrategy(c, fed, o, progress, timeout, resume=resume, min_clients=min_clients,
                                  state_dir=None if o is None else Path(o).absolute()/'client_state') for c, o in zip(cfgs, outs)]
+    for s in strategies: s.poll = 0.1                                 # the simulation's grid is in memory: a pull costs next to nothing
     cfg = cfgs[0]
     _quiet_flower()
     from flwr.serverapp import ServerApp
@@ -557,11 +581,14 @@ def _report_error(rc, out, e: BaseException):
 def _deploy_server_main(grid, context):
     "ServerApp main of a deployment (`flwr run`): the run config holds `config` (JSON of the FedConfig), `out`, `timeout`, `resume`, `min-clients`."
     rc = context.run_config
-    out = rc.get('out') or None
+    out, trace = rc.get('out') or None, os.environ.get('FEDLOGE_NB_TRACE') or None   # the deployment's trace file (`trace_mark`), if any
+    trace_mark(trace, 'ServerApp started')
     try:
         cfg = FedConfig(**json.loads(rc['config']))
-        EngineStrategy(cfg, out=out, progress=False, timeout=float(rc.get('timeout', 600)), resume=bool(rc.get('resume', False)),
-                       min_clients=float(rc.get('min-clients', 1))).start(grid)
+        s = EngineStrategy(cfg, out=out, progress=False, timeout=float(rc.get('timeout', 600)), resume=bool(rc.get('resume', False)),
+                           min_clients=float(rc.get('min-clients', 1)))
+        s.trace = trace; trace_mark(trace, 'ServerApp ready (data and model built)')
+        s.start(grid); trace_mark(trace, 'ServerApp done')
     except BaseException as e:                                     # the deployment command reads error.txt
         _report_error(rc, out, e); raise
 
@@ -587,8 +614,8 @@ def tagged_processes(home) -> list[int]:
     return out
 
 # %% ../nbs/16_flower.ipynb #f183cdf5
-def _stop_all(procs, home):
-    "SIGTERM every process group we started and every process carrying our FLWR_HOME; SIGKILL what is left after 10 s."
+def _stop_all(procs, home, grace: float = 1.0):
+    "SIGTERM every process group we started and every process carrying our FLWR_HOME; SIGKILL what is left after `grace` s."
     import signal
     def signal_all(sig):
         for p in procs:
@@ -600,11 +627,11 @@ def _stop_all(procs, home):
             except ProcessLookupError: pass
     signal_all(signal.SIGTERM)
     t0 = time.monotonic()
-    while time.monotonic() - t0 < 10 and (any(p.poll() is None for p in procs) or tagged_processes(home)): time.sleep(0.2)
+    while time.monotonic() - t0 < grace and (any(p.poll() is None for p in procs) or tagged_processes(home)): time.sleep(0.05)
     signal_all(signal.SIGKILL)
     for p in procs: p.wait()
     t0 = time.monotonic()
-    while tagged_processes(home) and time.monotonic() - t0 < 5: time.sleep(0.2)
+    while tagged_processes(home) and time.monotonic() - t0 < 5: time.sleep(0.05)
 
 def _wait_port(port: int, proc, what: str, limit: float = 90.0):
     "Wait until 127.0.0.1:port accepts connections (FlowerError when `proc` exits first or after `limit` s)."
@@ -615,7 +642,7 @@ def _wait_port(port: int, proc, what: str, limit: float = 90.0):
         with socket.socket() as s:
             s.settimeout(1)
             if s.connect_ex(('127.0.0.1', port)) == 0: return
-        time.sleep(0.5)
+        time.sleep(0.05)
     raise FlowerError(f"{what} is not listening on port {port} after {limit:.0f} s")
 
 # %% ../nbs/16_flower.ipynb #779c9b12
@@ -662,6 +689,7 @@ server_app = make_server_app()
 client_app = make_client_app()
 '''}
 
+# %% ../nbs/16_flower.ipynb #0c9e5a27
 def write_app(folder) -> Path:
     "Write the Flower App (`APP_FILES`: pyproject.toml with `[tool.flwr.app]`, two-line components) into `folder`, for `flwr run`."
     folder = Path(folder)
@@ -704,55 +732,169 @@ def make_node_key(folder, name: str) -> tuple[Path, Path]:
     pub.write_bytes(k.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH) + b'\n')
     return priv, pub
 
+# %% ../nbs/16_flower.ipynb #60bba151
+APP_ID = 'fedloge-nb/fedloge-flower'   # the FAB id (publisher/name) of this package's Flower App (`APP_FILES`)
+
+def _runtime_client(address: str, token: str | None = None):
+    "A client of a SuperNode's Runtime API on this machine (as the stock SuperExec, or a `flwr-clientapp` holding task `token`)."
+    from flwr.supercore.interceptors import RuntimeTokenHttpInterceptor, RuntimeVersionHttpInterceptor
+    from flwr.supercore.retry import make_simple_http_retry_invoker
+    from flwr.supercore.runtime import RuntimeHttpClient
+    ic = [RuntimeVersionHttpInterceptor(component_name='flwr-clientapp' if token else 'SuperExec')] + ([RuntimeTokenHttpInterceptor(token)] if token else [])
+    return RuntimeHttpClient.from_server_address(server_address=address, insecure=True, root_certificates=None, interceptors=ic,
+                                                 retry_invoker=make_simple_http_retry_invoker())
+
+# %% ../nbs/16_flower.ipynb #99fdbdbc
+def run_task(address: str, token: str, app):
+    "One ClientApp task in this process, as `flwr-clientapp` runs it: pull message and context, call `app`, push the reply, then the context and status."
+    from flwr.app import Error, Message
+    from flwr.common.constant import ErrorCode, SubStatus
+    from flwr.supercore.heartbeat import HeartbeatSender, make_task_heartbeat_fn_http
+    from flwr.supernode.runtime.run_clientapp import pull_task_input, push_message, push_task_output
+    client = _runtime_client(address, token)
+    beat = HeartbeatSender(make_task_heartbeat_fn_http(client)); beat.start()
+    msg = ctx = reply = None; status, details = SubStatus.FAILED, 'ClientApp task failed due to unknown reason'
+    try:
+        msg, ctx, run, _ = pull_task_input(client)
+        if run.fab_id != APP_ID: raise ValueError(f"this SuperNode runs only fedloge_nb's Flower App ({APP_ID}), not {run.fab_id!r}")
+        reply = app(message=msg, context=ctx); status, details = SubStatus.COMPLETED, ''
+    except Exception as e:                                            # the error reply the stock flwr-clientapp sends
+        details = f"{type(e)}:<'{e}'>"
+        if msg is not None: reply = Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=details), reply_to=msg)
+    finally:
+        try:
+            if reply is not None and ctx is not None: push_message(client, reply, ctx)
+        finally:
+            push_task_output(client, ctx, status, details); beat.stop(); client.close()
+
+# %% ../nbs/16_flower.ipynb #d239291a
+def serve_clientapps(address: str, parent_pid: int | None = None, wake_fd: int | None = None, warm: str = '', poll: float = 0.2, idle: float = 5.0):
+    "A SuperNode's ClientApp runtime in one warm process: take each ClientApp task from its Runtime API at `address` and `run_task` it here."
+    import select
+    from flwr.proto.runtime_pb2 import AcquireTaskRequest
+    from flwr.supercore.app_utils import start_parent_process_monitor
+    from flwr.supercore.constant import TaskType
+    _quiet_flower()
+    client = None
+    try:
+        if parent_pid: start_parent_process_monitor(parent_pid)      # SIGINT here when the SuperNode is gone
+        client, app = _runtime_client(address), make_client_app()
+        if warm:                                                      # the job's config, known beforehand: its client side built now
+            try: client_setup(json.dumps(dataclasses.asdict(FedConfig(**json.loads(Path(warm).read_text())).validate())))
+            except Exception: pass                                    # the first message builds it again and reports the error
+        req = AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP])
+        while True:
+            res = client.AcquireTask(req)
+            if res.HasField('task') and res.token: run_task(address, res.token, app); continue
+            if wake_fd is None: time.sleep(poll); continue            # no wake-up pipe: look every `poll` s
+            if select.select([wake_fd], [], [], idle)[0] and not os.read(wake_fd, 4096): break   # pipe closed: the SuperNode is gone
+    except KeyboardInterrupt: pass
+    finally:
+        if client is not None: client.close()
+
+# %% ../nbs/16_flower.ipynb #31c37eb4
+NODE_MAIN = r'''# a SuperNode of fedloge_nb's deployment: python -c NODE_MAIN RUNTIME_ADDRESS POLL HEARTBEAT WARM [flower-supernode flags]
+import os, signal, subprocess, sys, threading, time
+import flwr.supernode.start_client_internal as sci, flwr.supernode.fleet_http_connection as fhc, flwr.supercore.heartbeat as hb
+if not (isinstance(getattr(sci, 'time', None), type(time)) and callable(getattr(sci, '_pull_and_store_message', None))
+        and hasattr(fhc, 'HEARTBEAT_DEFAULT_INTERVAL') and hasattr(hb, 'HEARTBEAT_DEFAULT_INTERVAL')):
+    sys.exit('fedloge_nb: this Flower has no module globals for the SuperNode waits (fedloge_nb pins flwr 1.41.0)')
+address, cap, beat, warm = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4] if len(sys.argv) > 4 else '-'
+class _Waits:             # the SuperNode's `time`: after an empty pull 0.05, 0.1, 0.2, ... s up to `cap` (not 3 s); 0.05 s for a reply (not 0.5)
+    idle = 0
+    def __getattr__(self, name): return getattr(time, name)
+    def sleep(self, s):
+        if s < 3: return time.sleep(min(s, 0.05))
+        time.sleep(min(cap, 0.05 * 2 ** self.idle)); self.idle = min(self.idle + 1, 16)
+waits, (wake_r, wake_w) = _Waits(), os.pipe()
+os.set_blocking(wake_w, False)
+pull = sci._pull_and_store_message
+def _pull(*args, **kwargs):                     # a message stored as a task: wake the ClientApp runtime, pull fast again
+    run_id = pull(*args, **kwargs)
+    if run_id is not None:
+        waits.idle = 0
+        try: os.write(wake_w, b'.')
+        except BlockingIOError: pass
+    return run_id
+sci.time, sci._pull_and_store_message = waits, _pull
+fhc.HEARTBEAT_DEFAULT_INTERVAL = hb.HEARTBEAT_DEFAULT_INTERVAL = beat
+if address == '--check': print(cap, beat); sys.exit(0)
+runtime = subprocess.Popen([sys.executable, '-c', 'import sys; from fedloge_nb.flower import serve_clientapps; serve_clientapps('
+                            'sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), warm=sys.argv[4].strip("-"))', address, str(os.getpid()), str(wake_r), warm],
+                           pass_fds=(wake_r,))
+os.close(wake_r)
+def _watch():                                   # no ClientApp runtime, no SuperNode: the server then counts this client as gone
+    runtime.wait(); os.kill(os.getpid(), signal.SIGTERM)
+threading.Thread(target=_watch, daemon=True).start()
+sys.argv = ['flower-supernode', *sys.argv[5:], '--isolation', 'process']
+from flwr.supernode.cli.flower_supernode import flower_supernode
+flower_supernode()
+'''
+
 # %% ../nbs/16_flower.ipynb #2e455a09
 class Deployment:
     "A SuperLink and one SuperNode per client on 127.0.0.1, processes of this one: TLS and SuperNode authentication unless `insecure`."
-    def __init__(self, clients: int, port: int, logs, state_dir=None, insecure: bool = False):
+    def __init__(self, clients: int, port: int, logs, state_dir=None, insecure: bool = False, node_poll: float = 0.5, heartbeat: float = 10.0):
         import tempfile
         self.K, self.port, self.logs, self.state_dir, self.insecure = clients, int(port), Path(logs), state_dir, insecure
+        self.node_poll, self.heartbeat = node_poll, heartbeat           # the SuperNodes' longest wait between pulls, heartbeat interval (`NODE_MAIN`)
         self.home = Path(tempfile.mkdtemp(prefix='flwr_home_'))     # the flwr CLI's config, not the user's ~/.flwr
-        self.link, self.procs, self.nodes = f'127.0.0.1:{self.port}', [], {}
+        self.link, self.procs, self.nodes, self.warm = f'127.0.0.1:{self.port}', [], {}, None   # warm: a FedConfig JSON file the nodes build ahead
         self.logs.mkdir(parents=True, exist_ok=True)
         import fedloge_nb
         bin_, root = Path(sys.executable).parent, str(Path(fedloge_nb.__file__).resolve().parent.parent)
         self.bin = bin_
         self.env = {**os.environ, 'PATH': f"{bin_}{os.pathsep}{os.environ.get('PATH', '')}", 'FLWR_HOME': str(self.home), 'FLWR_TELEMETRY_ENABLED': '0',
+                    'FLWR_SUPEREXEC_TASK_POLL_INTERVAL': '0.5',     # the SuperLink's SuperExec starts the ServerApp within 0.5 s (default 1 s)
                     'PYTHONPATH': os.pathsep.join([root] + [x for x in os.environ.get('PYTHONPATH', '').split(os.pathsep) if x])}
         self.certs = None if insecure else make_certificates(self.home/'certs')
         tls = 'insecure = true' if insecure else f'root-certificates = "{self.certs["ca"]}"'
         (self.home/'config.toml').write_text(f'[superlink]\ndefault = "deploy"\n\n[superlink.deploy]\naddress = "{self.link}"\n{tls}\n')
 
-    def flwr(self, *args, timeout: float = 120):
-        "Run the `flwr` CLI against this SuperLink: (exit code, output)."
+    def flwr(self, *args, timeout: float = 120, wait: bool = True):
+        "Run the `flwr` CLI against this SuperLink: (exit code, output); `wait=False`: the running process (read it with `communicate`)."
         import subprocess
-        r = subprocess.run([str(self.bin/'flwr'), *map(str, args)], env=self.env, capture_output=True, text=True, timeout=timeout)
-        return r.returncode, r.stdout + r.stderr
+        p = subprocess.Popen([str(self.bin/'flwr'), *map(str, args)], env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if not wait: return p
+        try: out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired: p.kill(); p.communicate(); raise
+        return p.returncode, out + err
 
     def start_superlink(self):
-        "The SuperLink (Fleet, Control and Runtime APIs on one port), with TLS and `--enable-supernode-auth` unless insecure."
+        "The SuperLink (Fleet, Control and Runtime APIs on one port; its state in memory), with TLS and `--enable-supernode-auth` unless insecure."
         sec = ['--insecure'] if self.insecure else ['--ssl-ca-certfile', self.certs['ca'], '--ssl-certfile', self.certs['cert'],
                                                     '--ssl-keyfile', self.certs['key'], '--enable-supernode-auth']
         self.procs.append(_spawn([self.bin/'flower-superlink', *sec, '--disable-runtime-dependency-installation', '--host', '127.0.0.1',
-                                  '--port', self.port, '--database', self.home/'state.db'], self.logs/'superlink.log', self.env))
+                                  '--port', self.port], self.logs/'superlink.log', self.env))
         try: _wait_port(self.port, self.procs[0], 'the SuperLink')
         except FlowerError as e: raise FlowerError(f"{e}; see {self.logs}/superlink.log") from None
 
 # %% ../nbs/16_flower.ipynb #f8b9c600
 @patch
-def start_supernode(self: Deployment, k: int, register: bool = True, port: int | None = None):
-    "The SuperNode of client k (`partition-id=k`, its state folder); its key is registered with the SuperLink first (`register=False`: a stranger)."
-    sec = ['--insecure']
+def node_keys(self: Deployment, ks, register: bool = True) -> dict:
+    "A new key pair for each SuperNode k in `ks`, the public keys registered with the SuperLink unless not `register`: {k: private key}."
+    keys = {k: make_node_key(self.home/'keys', f'node_{k}_{len(self.procs)}') for k in ks}
+    if register: self.register_keys({k: pub for k, (_, pub) in keys.items()})
+    return {k: priv for k, (priv, _) in keys.items()}
+
+@patch
+def start_supernode(self: Deployment, k: int, register: bool = True, port: int | None = None, key=None):
+    "The SuperNode of client k (`partition-id=k`, its state folder; `NODE_MAIN`); a new key registered first unless `key` is given (`register=False`: a stranger)."
+    sec, port = ['--insecure'], port or self.port + 10 + k
     if not self.insecure:
-        priv, pub = make_node_key(self.home/'keys', f'node_{k}_{len(self.procs)}')
-        if register:
-            code, text = self.flwr('supernode', 'register', pub, 'deploy')
-            if code != 0: raise FlowerError(f"registering the key of SuperNode {k} failed: {text.strip().splitlines()[-1:]}")
-        sec = ['--root-certificates', self.certs['ca'], '--auth-supernode-private-key', priv, '--max-retries', '5']
+        key = key or self.node_keys([k], register)[k]
+        sec = ['--root-certificates', self.certs['ca'], '--auth-supernode-private-key', key, '--max-retries', '5']
     nc = f'partition-id={k} num-partitions={self.K}' + (f' state-dir="{self.state_dir}"' if self.state_dir else '')
-    p = _spawn([self.bin/'flower-supernode', *sec, '--superlink', self.link, '--port', port or self.port + 10 + k, '--node-config', nc],
-               self.logs/f'supernode_{k}.log', self.env)
+    p = _spawn([sys.executable, '-c', NODE_MAIN, f'127.0.0.1:{port}', self.node_poll, self.heartbeat, self.warm or '-', *sec,
+                '--superlink', self.link, '--port', port, '--node-config', nc], self.logs/f'supernode_{k}.log', self.env)
     self.procs.append(p); self.nodes[k] = p
     return p
+
+@patch
+def start_supernodes(self: Deployment, ks):
+    "The SuperNodes of clients `ks`, their keys registered first."
+    keys = {} if self.insecure else self.node_keys(ks)
+    return [self.start_supernode(k, key=keys.get(k)) for k in ks]
 
 @patch
 def stop(self: Deployment):
@@ -760,41 +902,75 @@ def stop(self: Deployment):
     import shutil
     _stop_all(self.procs, self.home); shutil.rmtree(self.home, ignore_errors=True)
 
+# %% ../nbs/16_flower.ipynb #914f6c99
+@patch
+def register_keys(self: Deployment, pubs: dict):
+    "Register SuperNode public keys `{k: .pub file}` with the SuperLink: the Control API request of `flwr supernode register`, from this process."
+    from cryptography.hazmat.primitives import serialization
+    from flwr.cli.cli_client_interceptor import CliClientHttpInterceptor
+    from flwr.proto.control_pb2 import RegisterNodeRequest
+    from flwr.supercore.control import ControlHttpClient
+    from flwr.supercore.interceptors import RuntimeVersionHttpInterceptor
+    from flwr.supercore.primitives.asymmetric import public_key_to_bytes
+    client = ControlHttpClient.from_server_address(server_address=self.link, insecure=False, root_certificates=str(self.certs['ca']),
+                                                   interceptors=[CliClientHttpInterceptor(), RuntimeVersionHttpInterceptor(component_name='flwr CLI')])
+    try:
+        for k, pub in pubs.items():
+            try: node = client.RegisterNode(RegisterNodeRequest(public_key=public_key_to_bytes(serialization.load_ssh_public_key(Path(pub).read_bytes())))).node_id
+            except Exception as e: raise FlowerError(f"registering the key of SuperNode {k} failed: {e}") from None
+            if not node: raise FlowerError(f"the SuperLink did not register the key of SuperNode {k}")
+    finally: client.close()
+
+# %% ../nbs/16_flower.ipynb #44670b9a
+def _submit(dep: Deployment, cfg: FedConfig, out: Path, timeout: float, resume: bool, min_clients: float):
+    "Start `flwr run` of the app `write_app` makes, with the job's run config, without waiting: the `flwr` process."
+    rc = dep.home/'run_config.toml'
+    rc.write_text(f'config = {json.dumps(json.dumps(dataclasses.asdict(cfg)))}\nout = {json.dumps(str(out))}\ntimeout = {float(timeout)}\n'
+                  f'resume = {str(bool(resume)).lower()}\nmin-clients = {float(min_clients)}\nstatus = {json.dumps(str(dep.home))}\n')
+    return dep.flwr('run', write_app(dep.home/'app'), 'deploy', '--run-config', rc, wait=False)
+
+def _await_summary(dep: Deployment, out: Path, job_timeout: float, poll: float = 0.1) -> dict:
+    "Wait for OUT/summary.json (the summary) or error.txt (a `FlowerError` with its line), checking every `poll` s that the SuperLink lives."
+    t0, done = time.monotonic(), out/'summary.json'
+    while time.monotonic() - t0 < job_timeout:
+        if done.exists(): return json.loads(done.read_text())
+        for e in (out/'error.txt', dep.home/'error.txt'):
+            if e.exists(): raise FlowerError(f"the job failed: {e.read_text().strip()}")
+        if dep.procs[0].poll() is not None: raise FlowerError(f"the SuperLink (pid {dep.procs[0].pid}) exited; see {dep.logs}/superlink.log")
+        time.sleep(poll)
+    raise FlowerError(f"no result within job_timeout {job_timeout} s; see {dep.logs}")
+
 # %% ../nbs/16_flower.ipynb #d709ab4e
 def run_deployment(cfg: FedConfig, out, port: int = 19090, timeout: float = 600.0, job_timeout: float = 1800.0, resume: bool = False,
-                   min_clients: float = 1, insecure: bool = False, keep_logs: bool = False, started=None) -> dict:
+                   min_clients: float = 1, insecure: bool = False, keep_logs: bool = False, started=None, trace=None) -> dict:
     "Run `cfg` on a `Deployment` on this machine (`flwr run` of the app `write_app` makes); the summary, or a `FlowerError` with the job's error."
     out = Path(out).absolute(); out.mkdir(parents=True, exist_ok=True)
     for f in ('summary.json', 'error.txt'): (out/f).unlink(missing_ok=True)   # a resume writes the summary again
     logs = out/'flower_logs'
     dep = Deployment(cfg.clients, port, logs, out/'client_state', insecure)
+    dep.warm = dep.home/'job_config.json'; dep.warm.write_text(json.dumps(dataclasses.asdict(cfg)))   # the nodes build the job's clients ahead
+    if trace: dep.env['FEDLOGE_NB_TRACE'] = str(Path(trace).absolute())   # the ServerApp (a grandchild of the SuperLink) marks its steps too
+    trace_mark(trace, 'certificates made')
     try:
-        dep.start_superlink()
-        for k in range(cfg.clients): dep.start_supernode(k)
+        dep.start_superlink(); trace_mark(trace, 'SuperLink listening')
+        job = _submit(dep, cfg, out, timeout, resume, min_clients)              # the ServerApp starts while the SuperNodes do
+        dep.start_supernodes(range(cfg.clients)); trace_mark(trace, 'SuperNode keys registered, SuperNodes started')
         print(f"fedloge_nb deploy: SuperLink {dep.link} + {cfg.clients} SuperNodes (pids {[p.pid for p in dep.procs]}); "
               f"{'INSECURE' if insecure else 'TLS, authenticated SuperNodes'}; logs in {logs}; FLWR_HOME={dep.home}", flush=True)
         if started is not None: started(dep)
+        text = ''.join(job.communicate(timeout=120)); (logs/'flwr_run.log').write_text(text)
+        if job.returncode != 0: raise FlowerError(f"flwr run failed ({job.returncode}): {' '.join(text.split())[-400:]}")
+        trace_mark(trace, 'job submitted (flwr run returned)')
         for k, p in dep.nodes.items():
             try: _wait_port(port + 10 + k, p, f'SuperNode {k}')
             except FlowerError as e: raise FlowerError(f"{e}; see {logs}/supernode_{k}.log") from None
-        rc = dep.home/'run_config.toml'
-        rc.write_text(f'config = {json.dumps(json.dumps(dataclasses.asdict(cfg)))}\nout = {json.dumps(str(out))}\ntimeout = {float(timeout)}\n'
-                      f'resume = {str(bool(resume)).lower()}\nmin-clients = {float(min_clients)}\nstatus = {json.dumps(str(dep.home))}\n')
-        code, text = dep.flwr('run', write_app(dep.home/'app'), 'deploy', '--run-config', rc)
-        (logs/'flwr_run.log').write_text(text)
-        if code != 0: raise FlowerError(f"flwr run failed ({code}): {' '.join(text.split())[-400:]}")
-        t0, done = time.monotonic(), out/'summary.json'
-        while time.monotonic() - t0 < job_timeout:
-            if done.exists(): return json.loads(done.read_text())
-            for e in (out/'error.txt', dep.home/'error.txt'):
-                if e.exists(): raise FlowerError(f"the job failed: {e.read_text().strip()}")
-            if dep.procs[0].poll() is not None: raise FlowerError(f"the SuperLink (pid {dep.procs[0].pid}) exited; see {logs}/superlink.log")
-            time.sleep(1)
-        raise FlowerError(f"no result within job_timeout {job_timeout} s; see {logs}")
+        trace_mark(trace, 'SuperNodes listening')
+        s = _await_summary(dep, out, job_timeout); trace_mark(trace, 'summary.json read')
+        return s
     except BaseException:
         keep_logs = True; raise
     finally:
-        dep.stop()
+        dep.stop(); trace_mark(trace, 'deployment stopped')
         if not keep_logs:
             import shutil; shutil.rmtree(logs, ignore_errors=True)
 
@@ -816,10 +992,10 @@ def deploy(hp: str = '',                  # method hyperparameters, e.g. 'beta=0
            keep_logs: bool_arg = False,   # keep OUT/flower_logs after success
            **config) -> dict:             # every other flag: a `FedConfig` field
     "Run one method as a Flower deployment on this machine: a SuperLink and one SuperNode per client on 127.0.0.1, TLS and authenticated SuperNodes."
-    from fedloge_nb.cli import _config, _check_names, parse_hp
+    from fedloge_nb.commands import command_config, check_names, parse_hp
     from fedloge_nb.federated import check_run, check_out, run_lock, clear_run, check_history
-    cfg = _config(deploy, config, hp=parse_hp(hp))
-    _check_names(cfg.method, cfg.dataset, cfg.model); cfg.validate()
+    cfg = command_config(deploy, config, hp=parse_hp(hp))
+    check_names(cfg.method, cfg.dataset, cfg.model); cfg.validate()
     check_min_clients(min_clients); check_run(cfg); check_out(out, cfg, resume=resume, overwrite=overwrite)
     if insecure: print("fedloge_nb deploy: warning: --insecure: no TLS and no SuperNode authentication; use it on a trusted machine only", file=sys.stderr)
     with run_lock(out):

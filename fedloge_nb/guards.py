@@ -12,8 +12,8 @@ from .datasets import atomic_write  # the one atomic file write (cache, results,
 
 # %% auto #0
 __all__ = ['RUN_FILES', 'DiskFullError', 'disk_guard', 'save_json', 'save_csv', 'save_png', 'save_checkpoint', 'load_checkpoint',
-           'DivergenceError', 'check_finite', 'auto_device', 'check_device', 'lock_holder', 'check_folder', 'check_out',
-           'clear_run', 'take_lock', 'release_lock', 'run_lock', 'check_history']
+           'DivergenceError', 'nonfinite', 'check_finite', 'auto_device', 'check_device', 'lock_holder', 'check_folder',
+           'check_out', 'clear_run', 'take_lock', 'release_lock', 'run_lock', 'check_history']
 
 # %% ../nbs/03a_guards.ipynb #87bc0200
 class DiskFullError(ValueError):
@@ -72,13 +72,13 @@ def load_checkpoint(path) -> dict:
 class DivergenceError(RuntimeError):
     "Training produced a non-finite loss or state: the run stops and its last good checkpoint stays on disk."
 
-def _nonfinite(state, name: str = '') -> str | None:
+def nonfinite(state, name: str = '') -> str | None:
     "Dotted path of the first float tensor in `state` (nested dicts, lists, tuples) holding a NaN or inf; None if all finite."
     if isinstance(state, torch.Tensor):
         return (name or 'tensor') if state.is_floating_point() and not bool(torch.isfinite(state).all()) else None
     items = state.items() if isinstance(state, dict) else enumerate(state) if isinstance(state, (list, tuple)) else ()
     for k, v in items:
-        bad = _nonfinite(v, f'{name}.{k}' if name else str(k))
+        bad = nonfinite(v, f'{name}.{k}' if name else str(k))
         if bad is not None: return bad
     return None
 
@@ -87,7 +87,7 @@ def check_finite(rnd: int, cfg: FedConfig, state, client: int | None = None, los
     "Raise `DivergenceError` (round, client, fix) when `loss` is infinite or `state` holds a NaN or inf."
     try: loss = float(loss)
     except (TypeError, ValueError): loss = float('nan')
-    bad = 'loss' if math.isinf(loss) else _nonfinite(state)
+    bad = 'loss' if math.isinf(loss) else nonfinite(state)
     if bad is None: return
     who = f"client {client}: loss {loss:.3g}" if client is not None else "server aggregate"
     raise DivergenceError(f"training diverged in round {rnd} ({who}, non-finite {bad}): "

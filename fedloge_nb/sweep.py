@@ -19,8 +19,8 @@ from .aggregate import (METRICS, is_metric, run_label, save_fig, rounds_to_reach
 # %% auto #0
 __all__ = ['FIELDS', 'GRID_ALIASES', 'TOP_KEYS', 'REPORT_DEFAULTS', 'SHORT', 'HP_RENAMED', 'COMPARE_METRICS', 'SweepSpec',
            'parse_spec', 'load_spec', 'Cell', 'expand', 'current_names', 'same_config', 'stale_hp', 'cell_state',
-           'run_cell', 'cell_row', 'load_histories', 'write_plots', 'write_reports', 'claim_cell', 'run_grid', 'sweep',
-           'setting_line', 'compare_spec']
+           'run_cell', 'cell_row', 'load_histories', 'write_plots', 'write_reports', 'claim_cell', 'run_cells',
+           'run_parallel', 'run_grid', 'sweep', 'setting_line', 'compare_spec']
 
 # %% ../nbs/15_sweep.ipynb #5956da09
 FIELDS = [f.name for f in dataclasses.fields(FedConfig)]
@@ -362,14 +362,70 @@ def _fed_for(cell: Cell, fed, fed_key: str | None) -> tuple:
         return make_fed_data(**cell.cfg.data_args()), k
     except Exception: return None, None            # run_cell rebuilds it and records the error
 
+# %% ../nbs/15_sweep.ipynb #a3d5b6e1
+def run_cells(spec: SweepSpec, cells: list, todo: list, out, skip=('done', 'failed'), keep_checkpoints: bool = False,
+              run_progress: bool = False, bar=None, threads: int | None = None) -> tuple[list, list]:
+    "Run each cell of `todo` that this process can claim and that is not in a `skip` state, the aggregate rewritten after each: (failed, busy) cell names."
+    if threads:
+        import torch; torch.set_num_threads(int(threads))
+    fed, fed_key, failed, busy, out = None, None, [], [], Path(out)
+    for c in todo:
+        if bar is not None: bar.set_postfix_str(c.name)
+        lock, ran = claim_cell(c, out), False
+        if lock is None: busy.append(c.name)                    # another worker is running it
+        else:
+            try:
+                if cell_state(c, out) not in skip:              # else another worker finished it (or failed) meanwhile
+                    fed, fed_key = _fed_for(c, fed, fed_key)            # the federated data built once per data config
+                    ran = True
+                    if run_cell(c, out, fed, progress=run_progress, keep_checkpoints=keep_checkpoints) == 'failed': failed.append(c.name)
+            finally: release_lock(lock)
+            if ran: write_reports(spec, cells, out, plots=False)
+        if bar is not None: bar.update()
+    return failed, busy
+
+# %% ../nbs/15_sweep.ipynb #f3b27d68
+def _grid_worker(spec: dict, names: list, out, skip, device: str, keep_checkpoints: bool) -> list:
+    "One worker process of `run_parallel`: the grid rebuilt from the spec's fields (this module's classes), cells `names` run with one torch thread; the failed ones."
+    from fedloge_nb import sweep as S
+    spec = S.SweepSpec(**spec); cells = S.expand(spec)
+    for c in cells: c.cfg.device = device
+    return S.run_cells(spec, cells, [c for c in cells if c.name in set(names)], out, skip, keep_checkpoints, threads=1)[0]
+
+# %% ../nbs/15_sweep.ipynb #b7f08c92
+def run_parallel(spec: SweepSpec, cells: list, todo: list, out, skip=('done', 'failed'), workers: int = 2,
+                 keep_checkpoints: bool = False, progress: bool = True) -> tuple[list, list]:
+    "`run_cells` in `workers` new processes side by side, one torch thread each, sharing `todo` through the cells' locks: (failed, busy)."
+    import concurrent.futures as cf, multiprocessing as mp
+    from tqdm.auto import tqdm
+    from fedloge_nb import sweep as S                                # the module's worker (picklable by name, also from a notebook)
+    n, out = max(1, min(int(workers), len(todo))), Path(out)
+    finished = lambda: sum(cell_state(c, out) in ('done', 'failed') for c in todo)
+    bar, n0 = tqdm(total=len(todo), desc=f'{spec.name} ({n} workers)', disable=not progress, unit='cell'), finished()
+    args = (dataclasses.asdict(spec), [c.name for c in todo], str(out), tuple(skip), todo[0].cfg.device if todo else 'cpu', keep_checkpoints)
+    one = {v: '1' for v in ('OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS', 'MKL_NUM_THREADS')}   # the workers' BLAS too: one thread
+    old = {v: os.environ.get(v) for v in one}; os.environ.update(one)
+    try:
+        with cf.ProcessPoolExecutor(n, mp_context=mp.get_context('spawn')) as ex:   # spawn: fresh interpreters, no forked torch state
+            futs = [ex.submit(S._grid_worker, *args) for _ in range(n)]
+            while cf.wait(futs, timeout=1.0)[1]: bar.n = finished() - n0; bar.refresh()
+            failed = sorted({name for f in futs for name in f.result()})
+    finally:
+        for v, x in old.items():
+            if x is None: os.environ.pop(v, None)
+            else: os.environ[v] = x
+    bar.n = finished() - n0; bar.close()
+    return failed, [c.name for c in todo if c.name not in failed and cell_state(c, out) not in ('done', 'failed')]
+
 # %% ../nbs/15_sweep.ipynb #e5c00003
 def run_grid(spec: SweepSpec, cells: list, out, config_file: str | None = None, dry_run: bool = False, only: str | None = None,
              max_cells: int | None = None, device: str = 'auto', progress: bool = True, run_progress: bool = False,
-             keep_checkpoints: bool = False, plots: bool = True, retry_failed: bool = False) -> list:
-    "Run every cell of `cells` that is not done yet (each under its lock, failures recorded), then write the aggregate: the runner of `sweep` and `compare`."
+             keep_checkpoints: bool = False, plots: bool = True, retry_failed: bool = False, workers: int = 1) -> list:
+    "Run every cell of `cells` that is not done yet (each under its lock, failures recorded; `workers` > 1: side by side), then write the aggregate: the runner of `sweep` and `compare`."
     from tqdm.auto import tqdm
     out = Path(out)
     check_device(device)
+    if int(workers) < 1: raise ValueError(f"--workers {workers}: need at least 1")
     for c in cells: c.cfg.device = device
     states = {c.name: cell_state(c, out) for c in cells}
     skip, todo = _todo(cells, states, only, max_cells, retry_failed)
@@ -382,20 +438,12 @@ def run_grid(spec: SweepSpec, cells: list, out, config_file: str | None = None, 
     out.mkdir(parents=True, exist_ok=True)
     save_json(out/'sweep.json', {'spec': dataclasses.asdict(spec), 'config_file': None if config_file is None else str(config_file),
                                  'command': ' '.join(sys.argv)})
-    print(plan, file=sys.stderr)
+    print(plan + (f"; {min(int(workers), len(todo))} workers side by side, one torch thread each" if int(workers) > 1 and len(todo) > 1 else ''), file=sys.stderr)
     if n_failed and not retry_failed: print(f"{n_failed} failed cell(s) not run again (same config; --retry_failed true runs them)", file=sys.stderr)
-    fed, fed_key, failed, busy = None, None, [], []
-    bar = tqdm(todo, desc=spec.name, disable=not progress, unit='cell')
-    for c in bar:
-        bar.set_postfix_str(c.name)
-        lock = claim_cell(c, out)
-        if lock is None: busy.append(c.name); continue          # another worker is running it
-        try:
-            if cell_state(c, out) in skip: continue             # another worker finished it (or failed) meanwhile
-            fed, fed_key = _fed_for(c, fed, fed_key)
-            if run_cell(c, out, fed, progress=run_progress, keep_checkpoints=keep_checkpoints) == 'failed': failed.append(c.name)
-        finally: release_lock(lock)
-        write_reports(spec, cells, out, plots=False)
+    if int(workers) > 1 and len(todo) > 1: failed, busy = run_parallel(spec, cells, todo, out, skip, workers, keep_checkpoints, progress)
+    else:
+        bar = tqdm(total=len(todo), desc=spec.name, disable=not progress, unit='cell')
+        failed, busy = run_cells(spec, cells, todo, out, skip, keep_checkpoints, run_progress, bar); bar.close()
     summary = write_reports(spec, cells, out, plots=plots)
     if failed: print(f"{len(failed)} cell(s) failed (see OUT/<cell>/error.txt): {', '.join(failed)}", file=sys.stderr)
     if busy: print(f"{len(busy)} cell(s) skipped, another live process holds their lock (OUT/.locks): {', '.join(busy)}", file=sys.stderr)
@@ -415,12 +463,13 @@ def sweep(config: str,                       # sweep file (.toml), see experimen
           keep_checkpoints: store_true = False,  # keep checkpoint.pt of finished cells
           plots: bool_arg = True,            # write the PNGs
           retry_failed: bool_arg = False,    # run again the cells that failed with this same config
+          workers: int = 1,                  # cells run side by side in this many processes (one torch thread each)
          ) -> list:
     "Run every cell of a TOML grid that is not done yet, recording failures, then write the mean ± std aggregate."
     spec = load_spec(config)
     summary = run_grid(spec, expand(spec), out or spec.out or f'results/sweeps/{spec.name}', config_file=config, dry_run=dry_run,
                        only=only, max_cells=max_cells, device=device, progress=progress, run_progress=run_progress,
-                       keep_checkpoints=keep_checkpoints, plots=plots, retry_failed=retry_failed)
+                       keep_checkpoints=keep_checkpoints, plots=plots, retry_failed=retry_failed, workers=workers)
     if not dry_run: print(summary_markdown(summary, spec.report['metrics'], title=spec.name))
     return summary
 

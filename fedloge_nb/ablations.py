@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
-from .aggregate import runs_frame, seed_table, paired_diff, fmt_mean_std, select_best, aggregate, run_label, read_rows
+from .aggregate import runs_frame, seed_table, paired_diff, fmt_mean_std, select_best, run_label, read_rows
 from .budget import rule_verdict, detectable_diff, plot_forest, forest_markdown
-from .report import sweep_path, not_run
+from .report import sweep_path, not_run, paper_frame, to_percent
 
 # %% auto #0
 __all__ = ['AGREE', 'ABLATIONS', 'FIXED', 'Check', 'check_diff', 'agreement', 'checks_table', 'ours_table', 'best_label',
@@ -28,19 +28,8 @@ class Check:
     paper: str = 'better'       # what the paper reports for a - b: 'better', 'worse' or 'same'
 
 def check_diff(rows, c: Check) -> dict:
-    "The paired difference of check `c` over the seeds both sides finished: n, mean, std, 95% t-interval, per-seed values."
-    if c.b is not None: return paired_diff(rows, c.a, c.b, c.metric, c.setting)
-    df = runs_frame(rows)
-    if c.setting is not None: df = df[df['setting'] == c.setting]
-    t = pd.concat({m: seed_table(df, m, ('label',)).get(c.a) for m in (c.metric, c.b_metric)}, axis=1).dropna()
-    d = (t[c.metric] - t[c.b_metric]).to_numpy(dtype=float) if len(t) else np.array([])
-    from scipy.stats import t as student_t
-    out = dict(n=len(d), mean=float(d.mean()) if len(d) else None, std=None, lo=None, hi=None, diffs=[float(x) for x in d],
-               seeds=[int(s) for s in t.index])
-    if len(d) > 1:
-        sd = float(d.std(ddof=1)); h = float(student_t.ppf(0.975, len(d) - 1)) * sd / np.sqrt(len(d))
-        out.update(std=sd, lo=out['mean'] - h, hi=out['mean'] + h)
-    return out
+    "The paired difference of check `c` over the seeds both sides finished (`aggregate.paired_diff`): n, mean, std, 95% t-interval, per-seed values."
+    return paired_diff(rows, c.a, c.b or c.a, c.metric, c.setting, c.b_metric)
 
 # %% ../nbs/15c_ablations.ipynb #4495fde9
 AGREE = {('better', 'better'): 'as the paper', ('worse', 'worse'): 'as the paper', ('better', 'worse'): 'against the paper',
@@ -86,8 +75,7 @@ def ours_table(rows, labels: dict, metrics: dict, settings: dict | None = None) 
 # %% ../nbs/15c_ablations.ipynb #a6c20fb0
 def best_label(rows, method: str, by: str) -> str | None:
     "The label of `method`'s variant with the best mean of validation metric `by` (over the seeds every variant finished)."
-    summ = [r for r in aggregate(rows) if r['n_seeds'] and r['method'] == method]
-    best = select_best(summ, by, rows=rows)
+    best = select_best(None, by, rows=[r for r in rows if r.get('method') == method])
     return run_label(best[0]) if best else None
 
 # %% ../nbs/15c_ablations.ipynb #4146c9fa
@@ -105,14 +93,6 @@ class Ablation:
 
 ABLATIONS: dict = {}
 
-def _table(rows: list, columns: list, index: str) -> pd.DataFrame:
-    "A paper table from its printed rows."
-    return pd.DataFrame(rows, columns=[index, *columns]).set_index(index)
-
-def _pct(rows: list) -> list:
-    "Rows of (name, fractions...) as (name, percent...)."
-    return [(r[0], *[round(v * 100, 2) for v in r[1:]]) for r in rows]
-
 # %% ../nbs/15c_ablations.ipynb #13028008
 _T8 = [('ETF', 'fedloge etf', .6904, .4751, .1820, .3825), ('ETF + DR loss', 'fedloge etf_dr', .6882, .4607, .2059, .3932),
        ('ETF + proj + DR loss', 'fedloge etf_proj_dr', .6909, .5011, .2310, .4109),
@@ -121,7 +101,7 @@ _T8 = [('ETF', 'fedloge etf', .6904, .4751, .1820, .3825), ('ETF + DR loss', 'fe
 FIXED = {'gm_many_sse_c': 'Many', 'gm_med_sse_c': 'Med', 'gm_few_sse_c': 'Few', 'gm_acc_sse_c': 'All'}
 ABLATIONS['fedloge_table8'] = Ablation(
     'FedLoGe Table 8: projection layer and dot-regression loss', 'table8_dr_proj',
-    lambda: _table(_pct([(r[0], *r[2:]) for r in _T8]), list(FIXED.values()), 'method'),
+    lambda: to_percent(paper_frame([(r[0], *r[2:]) for r in _T8], list(FIXED.values()), 'method')),
     {r[1]: r[0] for r in _T8}, {**FIXED, 'gm_acc': 'GM (GA-FR)', 'pm_acc': 'PM'},
     [Check('DR loss helps the ETF', 'fedloge etf_dr', 'fedloge etf', 'gm_acc_sse_c'),
      Check('proj + DR help the ETF', 'fedloge etf_proj_dr', 'fedloge etf', 'gm_acc_sse_c'),
@@ -136,7 +116,7 @@ _T9 = {'xavier': ('Xavier', (.6793, .4204, .1823, .3784), (.7089, .4977, .2189, 
        'kaiming': ('Kaiming uniform', (.6933, .4392, .1881, .3898), (.7130, .4946, .2168, .4230))}
 ABLATIONS['fedloge_table9'] = Ablation(
     'FedLoGe Table 9: sparsified frozen classifiers of five initialisations', 'table9_init',
-    lambda: _table(_pct([r for n, d, s in _T9.values() for r in ((n, *d), (f'Sparse {n}', *s))]), list(FIXED.values()), 'initialisation'),
+    lambda: to_percent(paper_frame([r for n, d, s in _T9.values() for r in ((n, *d), (f'Sparse {n}', *s))], list(FIXED.values()), 'initialisation')),
     {l: n for k, (name, _, _) in _T9.items() for l, n in ((f'fedloge {k}', name), (f'fedloge sparse_{k}', f'Sparse {name}'))},
     {**FIXED, 'gm_acc': 'GM (GA-FR)', 'pm_acc': 'PM'},
     [Check(f'sparsity helps {name}', f'fedloge sparse_{k}', f'fedloge {k}', 'gm_acc_sse_c') for k, (name, _, _) in _T9.items()])
@@ -145,7 +125,7 @@ ABLATIONS['fedloge_table9'] = Ablation(
 _PM = {'pm_acc': 'PM (avg)', 'pm_acc_macro': 'PM (macro)', 'pm_acc_weighted': 'PM (weighted)'}
 ABLATIONS['fedloge_table7'] = Ablation(
     'FedLoGe Table 7: LA-FR from the real class distribution or from the norms of phi_k', 'fedloge_table7_fig5',
-    lambda: _table(_pct([('LA-FR (real distribution)', .6200, .2680, .5604), ('LA-FR (norm)', .7273, .5316, .7129)]), list(_PM.values()), 'model'),
+    lambda: to_percent(paper_frame([('LA-FR (real distribution)', .6200, .2680, .5604), ('LA-FR (norm)', .7273, .5316, .7129)], list(_PM.values()), 'model')),
     {'fedloge': 'FedLoGe'},
     {**{f'{k}_la_fr_dist': f'{v}, distribution' for k, v in _PM.items()}, **{f'{k}_la_fr_noft': f'{v}, norm' for k, v in _PM.items()}},
     [Check(f'norm beats distribution, {v}', 'fedloge', None, f'{k}_la_fr_noft', f'{k}_la_fr_dist') for k, v in _PM.items()])
@@ -156,7 +136,7 @@ _OPT = [('FedAvg', 'fedavg', 1.8, 0.8, -1.1), ('SCAFFOLD', 'scaffold', 9.0, 3.5,
         ('FedOpt', 'fedadam', 0.9, 0.1, 1.2), ('MOON', 'moon', 1.0, 0.1, 0.7)]
 ABLATIONS['gmv_table2'] = Ablation(
     'FedAvg+ETF+GMV Table 2: the fixed ETF on five optimisers (gain of +ETF, points)', 'gmv_table2_optimisers',
-    lambda: _table([(n, *g) for n, _, *g in _OPT], _SHARDS, 'optimiser'),
+    lambda: paper_frame([(n, *g) for n, _, *g in _OPT], _SHARDS, 'optimiser'),
     {l: n for o, m, *_ in _OPT for l, n in ((m, o), (f'{m}+etf', f'{o} + ETF'))}, {'gm_acc': 'GM', 'gm_few': 'GM few', 'pm_acc': 'PM'},
     [Check(f'ETF helps {o}', f'{m}+etf', m, 'gm_acc') for o, m, *_ in _OPT])
 
@@ -165,7 +145,7 @@ _T4 = {2: [('FedAvg', 69.6, 82.0, 49.8), ('+ETF', 71.4, 82.8, 48.7), ('+GMV', 77
 _E = {f'fmnist_if100_a0.5_E{e}': f'E = {e}' for e in (2, 5)}
 ABLATIONS['gmv_table4'] = Ablation(
     'FedAvg+ETF+GMV Tables 4 and 6: ETF, memory vectors, both; 2 and 5 local epochs', 'gmv_table4_components',
-    lambda: pd.concat({f'E = {e}': _table(r, _SHARDS, 'components') for e, r in _T4.items()}).assign(
+    lambda: pd.concat({f'E = {e}': paper_frame(r, _SHARDS, 'components') for e, r in _T4.items()}).assign(
         **{'FeMNIST (Table 6)': [62.0, None, None, 73.4, 78.9, None, None, 85.2]}),
     {'fedavg': 'FedAvg', 'fedavg+etf': '+ETF', 'fedavg+gmv': '+GMV', 'fedavg+etf+gmv': '+ETF&GMV'},
     {'gm_acc': 'GM', 'gm_few': 'GM few', 'pm_acc': 'PM'},
@@ -179,7 +159,7 @@ _T5 = [('none', None, 69.6, 82.0, 49.8), ('0.5', 'fedavg_etf scale0.5', 68.6, 82
        ('1.5', 'fedavg_etf scale1.5', 71.0, 83.0, 47.2)]
 ABLATIONS['gmv_table5'] = Ablation(
     'FedAvg+ETF+GMV Table 5: scale of the ETF', 'gmv_table5_scale',
-    lambda: _table([(s, *v) for s, _, *v in _T5], _SHARDS, 'ETF scale'),
+    lambda: paper_frame([(s, *v) for s, _, *v in _T5], _SHARDS, 'ETF scale'),
     {l: f'scale {s}' for s, l, *_ in _T5 if l}, {'gm_acc': 'GM', 'gm_few': 'GM few', 'val_gm_acc': 'GM (validation)'},
     [Check('scale 1 beats 0.5', 'fedavg_etf scale1', 'fedavg_etf scale0.5', 'gm_acc'),
      Check('scale 1 beats 1.5', 'fedavg_etf scale1', 'fedavg_etf scale1.5', 'gm_acc')])
@@ -187,7 +167,7 @@ ABLATIONS['gmv_table5'] = Ablation(
 _AW = [(a, w) for a in ('0.1', '0.5', '1') for w in (50, 60, 70, 80, 90)]
 ABLATIONS['gmv_table3'] = Ablation(
     'FedAvg+ETF+GMV Table 3: memory weight a x warm-up round (ours scaled to 100 rounds)', 'gmv_table3_memory',
-    lambda: _table([('a = 0 (ETF only)', 71.4, 82.8, 48.7), ('best a, R_warm', 79.8, None, None)], _SHARDS, 'memory'),
+    lambda: paper_frame([('a = 0 (ETF only)', 71.4, 82.8, 48.7), ('best a, R_warm', 79.8, None, None)], _SHARDS, 'memory'),
     {'fedavg_etf_gmv a0': 'a = 0', **{f'fedavg_etf_gmv a{a}_w{w}': f'a = {a}, warm-up {w}' for a, w in _AW}},
     {'gm_acc': 'GM', 'gm_few': 'GM few', 'val_gm_acc': 'GM (validation)'},
     lambda rows: [Check('memory vectors help (a, warm-up chosen on validation)', b, 'fedavg_etf_gmv a0', 'gm_acc')
@@ -200,7 +180,7 @@ _T4E = [('FedAvg', 'ecl', '86.32 (-)', '79.45 (-)', '76.26 (-)'), ('FedProx', 'f
         ('FedLC', 'fedlc+ecl', '74.78 (71.06)', '65.09 (59.85)', '60.92 (57.66)')]
 ABLATIONS['ecl_table4'] = Ablation(
     'ECL Table 4: ECL after four first-phase optimisers, PM with ECL (without)', 'ecl_table4_optimisers',
-    lambda: _table([(n, *v) for n, _, *v in _T4E], ['IF = 10', 'IF = 50', 'IF = 100'], 'phase I'),
+    lambda: paper_frame([(n, *v) for n, _, *v in _T4E], ['IF = 10', 'IF = 50', 'IF = 100'], 'phase I'),
     {l: n for n, l, *_ in _T4E}, {'pm_acc': 'PM with ECL', 'pm_acc_global': 'PM without', 'gm_acc': 'GM'},
     [*[Check(f'{e}: ECL helps {n}', l, None, 'pm_acc', 'pm_acc_global', setting=s) for s, e in _IFS.items() for n, l, *_ in _T4E],
      *[Check(f'IF = 100: FedAvg in phase I beats {n}', 'ecl', l, 'pm_acc', setting='fmnist_if100_a0.2') for n, l, *_ in _T4E[1:]]],
@@ -209,7 +189,7 @@ ABLATIONS['ecl_table4'] = Ablation(
 # %% ../nbs/15c_ablations.ipynb #2d357dd1
 ABLATIONS['ecl_table3'] = Ablation(
     'ECL Table 3: output aggregation of the experts (PM)', 'ecl_table3_aggregation',
-    lambda: _table([('with LWS', 82.17, 73.67, 70.24), ('without scaling', 81.47, 73.65, 71.58), ('with scaling (ECL)', 86.32, 79.45, 76.26)],
+    lambda: paper_frame([('with LWS', 82.17, 73.67, 70.24), ('without scaling', 81.47, 73.65, 71.58), ('with scaling (ECL)', 86.32, 79.45, 76.26)],
                    ['IF = 10', 'IF = 50', 'IF = 100'], 'aggregation'),
     {'ecl': 'ECL'}, {'pm_acc_ecl_lws': 'with LWS', 'pm_acc_ecl_noscale': 'without scaling', 'pm_acc': 'with scaling (ECL)'},
     [c for s, e in _IFS.items() for c in (Check(f'{e}: scaling beats LWS', 'ecl', None, 'pm_acc', 'pm_acc_ecl_lws', setting=s),

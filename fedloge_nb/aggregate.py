@@ -14,7 +14,7 @@ from .guards import save_png
 __all__ = ['TEXT_COLS', 'TIME_COLS', 'DIAG_COLS', 'METRICS', 'METHOD_FAMILIES', 'num', 'mean_std', 'fmt_mean_std', 'fmt_values',
            'read_rows', 'read_history', 'run_label', 'runs_frame', 'rounds_to_reach', 'is_metric', 'aggregate',
            'summary_markdown', 'save_fig', 'metric_label', 'plot_bars', 'plot_sensitivity', 'method_styles',
-           'plot_curves', 'stable', 'seed_table', 'select_best', 'paired_diff', 'selected_markdown']
+           'plot_curves', 'stable', 'seed_table', 'select_best', 'paired_diff', 'fmt_diff', 'selected_markdown']
 
 # %% ../nbs/14b_aggregate.ipynb #a9e10001
 def num(v) -> float | None:
@@ -86,18 +86,16 @@ def is_metric(k: str) -> bool:
             and not k.endswith('pm_clients'))
 
 def aggregate(rows) -> list:
-    "One row per group: descriptive columns, n_seeds / n_failed / n_pending, mean and `_std` of every metric over ok seeds."
+    "One row per group: descriptive columns (the group's first row), n_seeds / n_failed / n_pending, mean and `_std` of every metric over ok seeds."
     rows = rows.to_dict('records') if isinstance(rows, pd.DataFrame) else list(rows)
     metrics = list(dict.fromkeys(k for r in rows if r.get('status') == 'ok' for k in r if is_metric(k)))
-    df, out = pd.DataFrame(rows), []
-    for _, d in df.groupby('group', sort=False):
-        ok = d[d['status'] == 'ok']
-        a = {k: v for k, v in rows[d.index[0]].items() if k not in ('cell', 'seed', 'status', 'error', 'pm_clients') and not is_metric(k)}
-        a.update(n_seeds=len(ok), n_failed=int((d['status'] == 'failed').sum()), n_pending=int(d['status'].isin(['pending', 'stale']).sum()),
-                 seeds=' '.join(str(rows[i]['seed']) for i in ok.index))
-        for m in metrics: a[m], a[f'{m}_std'] = mean_std(ok[m] if m in ok else [])
-        out.append(a)
-    return out
+    def group(d: pd.DataFrame) -> dict:
+        ok, st = d[d['status'] == 'ok'], d['status']
+        return {**{k: v for k, v in rows[d.index[0]].items() if k not in ('cell', 'seed', 'status', 'error', 'pm_clients') and not is_metric(k)},
+                'n_seeds': len(ok), 'n_failed': int((st == 'failed').sum()), 'n_pending': int(st.isin(['pending', 'stale']).sum()),
+                'seeds': ' '.join(str(rows[i]['seed']) for i in ok.index),
+                **{k: v for m in metrics for k, v in zip((m, f'{m}_std'), mean_std(ok.get(m, [])))}}
+    return [group(d) for _, d in pd.DataFrame(rows).groupby('group', sort=False)]
 
 # %% ../nbs/14b_aggregate.ipynb #c212850a
 def summary_markdown(summary: list, metrics=None, title: str = '') -> str:
@@ -231,9 +229,10 @@ def seed_table(rows, metric: str, columns=('setting', 'label'), val_only: bool =
     df = df.assign(_v=np.array(v, dtype=float)).drop_duplicates(['seed', *columns], keep='last')
     return df.pivot(index='seed', columns=list(columns), values='_v') if len(df) else pd.DataFrame()
 
-def select_best(summary: list, by: str, within=('setting', 'method'), rows=None) -> list:
-    "Per `within` group, the summary row with the best mean of validation metric `by`; with `rows`, the mean over the seeds every candidate finished (test metrics are never read)."
+def select_best(summary: list | None, by: str, within=('setting', 'method'), rows=None) -> list:
+    "Per `within` group, the summary row with the best mean of validation metric `by` (`summary` None: the groups of `rows` with a finished seed); with `rows`, the mean over the seeds every candidate finished (test metrics are never read)."
     if not by.startswith('val_'): raise ValueError(f"select_best chooses on validation metrics (val_*), got {by!r}: test metrics must not choose")
+    if summary is None: summary = [r for r in aggregate(rows) if r['n_seeds']]
     val = lambda r: stable({k: r.get(k) for k in (by, f'{by}_lastk')}, by)
     summ = [r for r in summary if val(r) is not None]
     per_seed = seed_table(rows, by, val_only=True) if rows is not None else pd.DataFrame()
@@ -247,13 +246,14 @@ def select_best(summary: list, by: str, within=('setting', 'method'), rows=None)
     return out
 
 # %% ../nbs/14b_aggregate.ipynb #a9e10008
-def paired_diff(rows, a: str, b: str, metric: str, setting: str | None = None) -> dict:
-    "Per-seed differences metric(a) - metric(b) of two labels (`method[ variant]`) over the seeds both finished: mean, std, 95% t-interval."
+def paired_diff(rows, a: str, b: str, metric: str, setting: str | None = None, b_metric: str | None = None) -> dict:
+    "Per-seed differences metric(a) - b_metric(b) (default: the same metric) of two labels (`method[ variant]`) over the seeds both finished: mean, std, 95% t-interval."
     from scipy.stats import t as student_t
     df = runs_frame(rows)
-    t = seed_table(df if setting is None else df[df['setting'] == setting], metric, ('label',))
-    both = t[[a, b]].dropna() if {a, b} <= set(t.columns) else pd.DataFrame(columns=[a, b])
-    d = (both[a] - both[b]).to_numpy(dtype=float)
+    if setting is not None: df = df[df['setting'] == setting]
+    col = lambda m, l: seed_table(df, m, ('label',)).get(l, pd.Series(dtype=float))
+    both = pd.concat({'a': col(metric, a), 'b': col(b_metric or metric, b)}, axis=1).dropna()
+    d = (both['a'] - both['b']).to_numpy(dtype=float)
     out = dict(a=a, b=b, metric=metric, seeds=[int(s) for s in both.index], n=len(d), mean=float(d.mean()) if len(d) else None,
                std=None, lo=None, hi=None, diffs=[float(x) for x in d])
     if len(d) > 1:
@@ -261,6 +261,14 @@ def paired_diff(rows, a: str, b: str, metric: str, setting: str | None = None) -
         out.update(std=sd, lo=out['mean'] - h, hi=out['mean'] + h)
     return out
 
+
+# %% ../nbs/14b_aggregate.ipynb #58cb0672
+def fmt_diff(d) -> str:
+    "A paired difference (`paired_diff`'s dict or a table row) as '+mean [+lo, +hi]': '+mean' without an interval, 'n/a' without a mean."
+    m, lo, hi = (num(d.get(k)) for k in ('mean', 'lo', 'hi'))
+    return 'n/a' if m is None else f"{m:+.2f}" + ('' if lo is None else f" [{lo:+.2f}, {hi:+.2f}]")
+
+# %% ../nbs/14b_aggregate.ipynb #139d1d76
 def selected_markdown(summary: list, rows: list, select=(('val_gm_acc', 'gm_acc'), ('val_pm_acc', 'pm_acc')), reference: str | None = 'fedloge') -> str:
     "For each (validation metric, test metric): the variant chosen on validation per method, its test value, and the paired difference to `reference`."
     lines = []
@@ -274,7 +282,7 @@ def selected_markdown(summary: list, rows: list, select=(('val_gm_acc', 'gm_acc'
             for r in sorted(chosen, key=lambda r: -(stable(r, m) or -1e9)):
                 mark = '' if num(r.get(f'{m}_lastk')) is not None else ' †'
                 pd_ = paired_diff(rows, ref, run_label(r), m, s) if ref and run_label(r) != ref else None
-                dtxt = '-' if pd_ is None or pd_['mean'] is None else f"{pd_['mean']:+.2f}" + ('' if pd_['lo'] is None else f" [{pd_['lo']:+.2f}, {pd_['hi']:+.2f}]") + f" (n={pd_['n']})"
+                dtxt = '-' if pd_ is None or pd_['mean'] is None else f"{fmt_diff(pd_)} (n={pd_['n']})"
                 on = f" (on seeds {r['chosen_on']})" if r.get('chosen_on') else ''
                 lines.append(f"| {r['method']} | {r.get('variant') or '-'}{on} | {fmt_mean_std(stable(r, by), stable(r, by, True))} | "
                              f"{fmt_mean_std(stable(r, m), stable(r, m, True))}{mark} | {int(num(r.get('n_seeds')) or 0)} | {dtxt} |")

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import numpy as np
 import pandas as pd
-from .aggregate import read_rows, select_best, paired_diff, selected_markdown, num, run_label
+from .aggregate import read_rows, runs_frame, mean_std, select_best, paired_diff, selected_markdown, fmt_diff, num, run_label
 from .guards import save_png
 from .report import sweep_path, cell_summaries, command, not_run, ms
 
@@ -51,12 +51,11 @@ def fedrod_ce_claim(rows: list) -> str:
     "The paper's weak FedRoD: GM of FedRoD with a plain-CE generic head at or below FedAvg's, and below FedRoD with balanced softmax."
     a = paired_diff(rows, 'fedrod ce', 'fedavg', 'gm_acc'); b = paired_diff(rows, 'fedrod', 'fedrod ce', 'gm_acc')
     va = 'not settled' if a['lo'] is None else ('refuted' if a['lo'] > 0 else 'confirmed')
-    fmt = lambda d: 'n/a' if d['mean'] is None else (f"{d['mean']:+.2f}" + ('' if d['lo'] is None else f" [{d['lo']:+.2f}, {d['hi']:+.2f}]"))
     same = a['n'] > 0 and a['mean'] == 0 and (a['std'] in (None, 0.0))
     why = (" The two are identical on every seed: with a CE generic head, FedRoD's shared body and head are trained exactly as "
            "FedAvg's (the personal head sees detached features), so its GM is FedAvg's GM." if same else '')
-    return (f"*FedRoD with a plain-CE generic head has GM at or below FedAvg's*: **{va}** (CE minus FedAvg {fmt(a)}, n={a['n']}); "
-            f"balanced softmax minus CE: {fmt(b)} ({interval_verdict(b)}).{why}")
+    return (f"*FedRoD with a plain-CE generic head has GM at or below FedAvg's*: **{va}** (CE minus FedAvg {fmt_diff(a)}, n={a['n']}); "
+            f"balanced softmax minus CE: {fmt_diff(b)} ({interval_verdict(b)}).{why}")
 
 def budget_report(exp: str, sweeps=None) -> list:
     "Markdown of one budget sweep: the variants chosen on validation with paired differences, 'FedLoGe beats every baseline' for GM and PM, the FedRoD-CE check, FedETF's two personalisations, what is unfinished."
@@ -118,11 +117,9 @@ def _staged_diff(rows: list, a: str, b: str, metric: str, stages=(5, 10)):
 def forest_table(rows: list, ref: str = 'fedloge', baselines=BASELINES, stages=(5, 10),
                  select=(('val_gm_acc', 'gm_acc', 'GM'), ('val_pm_acc', 'pm_acc', 'PM'))) -> pd.DataFrame:
     "A row per (metric, baseline): `ref`'s variant chosen on validation minus the baseline's, paired per seed: n, mean, 95% interval, verdict, 80%-power detectable difference."
-    from fedloge_nb.aggregate import aggregate
-    summ = [r for r in aggregate(rows) if r['n_seeds']]
     out = []
     for by, m, what in select:
-        chosen = {r['method']: run_label(r) for r in select_best(summ, by, rows=rows)}
+        chosen = {r['method']: run_label(r) for r in select_best(None, by, rows=rows)}
         if ref not in chosen: continue
         for b in [b for b in baselines if b in chosen]:
             d, stage = _staged_diff(rows, chosen[ref], chosen[b], m, stages)
@@ -164,11 +161,9 @@ def plot_forest(tab: pd.DataFrame, path=None, title: str = '', xlabel: str = 'Fe
 def forest_markdown(tab: pd.DataFrame) -> str:
     "The forest table as markdown: comparison, n, mean [95% interval], verdict, detectable difference, stage."
     lines = ['| comparison | n | mean [95% CI] | verdict | detectable with 80% power | stage |', '|---|---|---|---|---|---|']
-    f = lambda v: 'n/a' if v is None or pd.isna(v) else f'{v:+.2f}'
     for _, r in tab.iterrows():
-        ci = f(r['mean']) + ('' if r['lo'] is None or pd.isna(r['lo']) else f" [{f(r['lo'])}, {f(r['hi'])}]")
         det = 'n/a' if r['detectable'] is None or pd.isna(r['detectable']) else f"{r['detectable']:.2f}"
-        lines.append(f"| {r['metric']}: {r['comparison']} | {r['n']} | {ci} | {r['verdict']} | {det} | {r['stage']} |")
+        lines.append(f"| {r['metric']}: {r['comparison']} | {r['n']} | {fmt_diff(r)} | {r['verdict']} | {det} | {r['stage']} |")
     return '\n'.join(lines)
 
 # %% ../nbs/15b_budget.ipynb #11750ce1
@@ -200,15 +195,14 @@ def fedloge_defaults(exp: str, sweeps=None):
 def fedloge_diagnostics(exp: str, sweeps=None, variant: str = '') -> dict | None:
     "Mean over the finished seeds of FedLoGe's norm diagnostics and its GA-FR gain (GM with GA-FR minus GM with raw psi)."
     p = sweep_path(exp, 'results', sweeps)
-    rows = [r for r in read_rows(p) if r['status'] == 'ok' and r['method'] == 'fedloge' and (r.get('variant') or '') == variant] if p.exists() else []
-    if not rows: return None
-    def mean(k):
-        v = [num(r.get(k)) for r in rows if num(r.get(k)) is not None]
-        return float(np.mean(v)) if v else None
+    df = runs_frame(p) if p.exists() else runs_frame([])
+    df = df[(df['status'] == 'ok') & (df['method'] == 'fedloge') & (df['variant'].fillna('') == variant)]
+    if not len(df): return None
+    mean = lambda k: mean_std(df.get(k, []))[0]
     out = {k: mean(k) for k in ('psi_spearman', 'psi_norm_growth', 'phi_spearman', 'psi_norm_min', 'psi_norm_max')}
     out['psi_norm_max/min'] = out['psi_norm_max'] / out['psi_norm_min'] if out['psi_norm_min'] else None
     out['GA-FR gain (GM)'] = mean('gm_acc_ga_fr') - mean('gm_acc_psi') if mean('gm_acc_psi') is not None else None
-    out['seeds'] = len(rows)
+    out['seeds'] = len(df)
     return out
 
 # %% ../nbs/15b_budget.ipynb #e5b00002

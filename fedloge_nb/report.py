@@ -15,10 +15,11 @@ from .aggregate import rounds_to_reach, num, fmt_mean_std, fmt_values
 __all__ = ['SWEEP_FILES', 'EXPERIMENTS', 'T1_TEXT', 'PAPER_TABLES', 'PAPER_FRACTIONS', 'T3_ROWS', 'T11_VARIANTS',
            'CONV_THRESHOLD', 'ECL_NAMES', 'repo_root', 'sweeps_dir', 'sweep_path', 'cell_summaries', 'main_job_dir',
            'command', 'load', 'not_run', 'link', 'plots_markdown', 'say', 'ms', 'verdict', 'noisy', 'best_of', 'claim',
-           'stale_cells', 'run_status', 'seeds_note', 'main_job_report', 'paper_table', 'table1_methods', 'table1_ours',
-           'table1_claims', 'table3_ours', 'table3_claims', 'sensitivity_ours', 'sensitivity_claims', 'table11_ours',
-           'table11_claims', 'sweep_histories', 'convergence', 'convergence_claims', 'ecl_ours', 'ecl_claims',
-           'cost_ours', 'ratio_claims', 'cost_claims', 'bench_table', 'bench_claims']
+           'beats', 'best_claims', 'stale_cells', 'run_status', 'seeds_note', 'main_job_report', 'paper_frame',
+           'to_percent', 'paper_table', 'ours_pivot', 'table1_methods', 'table1_ours', 'table1_claims', 'table3_ours',
+           'table3_claims', 'sensitivity_ours', 'sensitivity_claims', 'table11_ours', 'table11_claims',
+           'sweep_histories', 'convergence', 'convergence_claims', 'ecl_ours', 'ecl_claims', 'cost_ours',
+           'ratio_claims', 'cost_claims', 'bench_table', 'bench_claims']
 
 # %% ../nbs/15a_report.ipynb #5cd13a36
 SWEEP_FILES = {'summary': 'summary.csv', 'results': 'results.csv', 'plots': 'plots', 'bench': 'bench_methods.txt'}
@@ -118,6 +119,22 @@ def claim(text: str, checks: list) -> str:
     if noise: tail += f"; gaps smaller than one seed std: {sum(map(bool, noise))} of {len(noise)}"
     return f"*{text}*: **{verdict(k, len(checks))}**{tail}{')' if checks else ''}."
 
+# %% ../nbs/15a_report.ipynb #aa7b8f46
+def beats(a, b, col: str, col_b: str | None = None):
+    "The check (row a's `col` > row b's `col_b` (default `col`), the gap within noise); None when a row or one of the values is missing."
+    col_b = col_b or col
+    if a is None or b is None or num(a.get(col)) is None or num(b.get(col_b)) is None: return None
+    return (num(a[col]) > num(b[col_b]), noisy(a, b, col, col_b))
+
+# %% ../nbs/15a_report.ipynb #2dbc8a66
+def best_claims(df: pd.DataFrame, text: str, by, target: str = 'fedloge', cols=(('gm_acc', 'GM'), ('pm_acc', 'PM')), detail=None) -> list:
+    "A `claim` per (metric, name) of `cols`: `target` has the best mean in every group of `by` (`text` with {} for the name; `detail(group, best_of)`: a clause per group)."
+    out = []
+    for col, name in cols:
+        res = [(k, b) for k, g in df.groupby(by) if (b := best_of(g, col, target))]
+        out.append(claim(text.format(name), [(b[0], b[3]) for _, b in res]) + (f" {'; '.join(detail(k, b) for k, b in res)}." if detail and res else ''))
+    return out
+
 # %% ../nbs/15a_report.ipynb #931fc180
 EXPERIMENTS = ['table1', 'table3_ablation', 'fig4_sensitivity', 'table11_clients', 'table10_convergence', 'ecl_table2', 'table5_cost',
                'cpu_budget', 'paper_budget']
@@ -198,26 +215,30 @@ def _paper_t1() -> pd.DataFrame:
     t.index = t.index.set_levels(t.index.levels[1].str.replace('_', ' '), level=1)
     return t
 
+def paper_frame(rows: list, columns: list, index: str) -> pd.DataFrame:
+    "A paper's table from its printed rows (name, values...): the names as the index `index`, the values under `columns`."
+    return pd.DataFrame(rows, columns=[index, *columns]).set_index(index)
+
 PAPER_TABLES = {
     'table1': _paper_t1,
-    'table3': lambda: pd.DataFrame([('ETF', 0.3825, 0.6421), ('SSE-C', 0.4175, 0.6865), ('SSE-C + GA-FR', 0.4350, 0.6868),
-                                    ('SSE-C + LA-FR', 0.4175, 0.7339), ('ETF + GA-FR + LA-FR', 0.3988, 0.7043),
-                                    ('SSE-C + GA-FR + LA-FR', 0.4350, 0.7343)], columns=['components', 'GM', 'PM']).set_index('components'),
-    'table11': lambda: pd.DataFrame([('FedAvg', '0.3818/0.6214', '0.3746/0.6205', '0.3718/0.6384'),
-                                     ('FedRoD', '0.3919/0.6919', '0.3758/0.7156', '0.3727/0.7665'),
-                                     ('FedETF', '0.3825/0.6421', '0.4180/0.7083', '0.3847/0.7822'),
-                                     ('FedLoGe', '0.4233/0.7285', '0.4206/0.7524', '0.4159/0.8008')],
-                                    columns=['method', '40 clients (100% participate)', '40 clients (30%)', '100 clients (30%)']).set_index('method'),
-    'table10': lambda: pd.DataFrame([('FedETF', 83), ('FedROD', 68), ('FedLoGe (Ours)', 62)], columns=['Methods', 'Convergence Round']).set_index('Methods'),
-    'ecl_table2': lambda: pd.DataFrame([('Local', 75.15, 73.19, 80.00, 80.36, 15.36), ('FedAvg-FT', 81.28, 81.68, 84.62, 85.61, 19.21),
-                                        ('FedPer', 82.42, 81.07, 84.10, 85.27, 22.40), ('FedAvg+LWS', 87.58, 82.91, 87.43, 86.63, 28.09),
-                                        ('FedAvg+τ-norm', 89.12, 84.98, 88.29, 87.83, 20.40), ('ECL (2 experts)', 91.49, 89.17, 89.70, 90.19, 35.84)],
-                                       columns=['Method', 'IF=10 α=0.2', 'IF=100 α=0.2', 'IF=100 α=0.8', 'IF=100 α=1.0', 'IF=10* α=0.2']).set_index('Method'),
-    'table5': lambda: pd.DataFrame([('FedAvg', '3min11s'), ('FedProx', '5min24s'), ('FedRep', '4min07s'), ('FedBABU', '3min14s'), ('FedLoGe', '3min19s')],
-                                   columns=['Method', 'Time Cost/Round']).set_index('Method')}
+    'table3': lambda: paper_frame([('ETF', 0.3825, 0.6421), ('SSE-C', 0.4175, 0.6865), ('SSE-C + GA-FR', 0.4350, 0.6868),
+                                   ('SSE-C + LA-FR', 0.4175, 0.7339), ('ETF + GA-FR + LA-FR', 0.3988, 0.7043),
+                                   ('SSE-C + GA-FR + LA-FR', 0.4350, 0.7343)], ['GM', 'PM'], 'components'),
+    'table11': lambda: paper_frame([('FedAvg', '0.3818/0.6214', '0.3746/0.6205', '0.3718/0.6384'),
+                                    ('FedRoD', '0.3919/0.6919', '0.3758/0.7156', '0.3727/0.7665'),
+                                    ('FedETF', '0.3825/0.6421', '0.4180/0.7083', '0.3847/0.7822'),
+                                    ('FedLoGe', '0.4233/0.7285', '0.4206/0.7524', '0.4159/0.8008')],
+                                   ['40 clients (100% participate)', '40 clients (30%)', '100 clients (30%)'], 'method'),
+    'table10': lambda: paper_frame([('FedETF', 83), ('FedROD', 68), ('FedLoGe (Ours)', 62)], ['Convergence Round'], 'Methods'),
+    'ecl_table2': lambda: paper_frame([('Local', 75.15, 73.19, 80.00, 80.36, 15.36), ('FedAvg-FT', 81.28, 81.68, 84.62, 85.61, 19.21),
+                                       ('FedPer', 82.42, 81.07, 84.10, 85.27, 22.40), ('FedAvg+LWS', 87.58, 82.91, 87.43, 86.63, 28.09),
+                                       ('FedAvg+τ-norm', 89.12, 84.98, 88.29, 87.83, 20.40), ('ECL (2 experts)', 91.49, 89.17, 89.70, 90.19, 35.84)],
+                                      ['IF=10 α=0.2', 'IF=100 α=0.2', 'IF=100 α=0.8', 'IF=100 α=1.0', 'IF=10* α=0.2'], 'Method'),
+    'table5': lambda: paper_frame([('FedAvg', '3min11s'), ('FedProx', '5min24s'), ('FedRep', '4min07s'), ('FedBABU', '3min14s'), ('FedLoGe', '3min19s')],
+                                  ['Time Cost/Round'], 'Method')}
 
 # %% ../nbs/15a_report.ipynb #b08cd8fb
-def _to_percent(t: pd.DataFrame) -> pd.DataFrame:
+def to_percent(t: pd.DataFrame) -> pd.DataFrame:
     "A paper table's fractions as percent: numbers x 100, 'GM/PM' strings as 'GM / PM' in percent."
     def cell(v):
         if isinstance(v, str) and '/' in v: return ' / '.join(f"{float(x) * 100:.2f}" for x in v.split('/'))
@@ -230,7 +251,20 @@ def paper_table(name: str, percent: bool = True) -> pd.DataFrame:
     "A table as the paper prints it, accuracies in % (`percent`; False: FedLoGe's fractions): 'table1', 'table3', 'table11', 'table10', 'table5' (FedLoGe) or 'ecl_table2' (ECL)."
     if name not in PAPER_TABLES: raise ValueError(f"no paper table {name!r}; known: {', '.join(PAPER_TABLES)}")
     t = PAPER_TABLES[name]()
-    return _to_percent(t) if percent and name in PAPER_FRACTIONS else t
+    return to_percent(t) if percent and name in PAPER_FRACTIONS else t
+
+# %% ../nbs/15a_report.ipynb #d10740ee
+def ours_pivot(df: pd.DataFrame, keys: dict, cells: dict, order=(), col_order=(), name=None) -> pd.DataFrame:
+    "Our side of a table from summary rows `df`: a row per value of the first of `keys` ({name: function of a row}; `order` first, then as they come), a column per value of the others (`col_order` first) and per cell of `cells` ({name: a metric as mean ± std, or a function of a row}); a repeated key's last row wins."
+    cell = lambda f, r: ms(r, f) if isinstance(f, str) else f(r)
+    d = pd.DataFrame([{**{k: f(r) for k, f in keys.items()}, **{c: cell(f, r) for c, f in cells.items()}} for _, r in df.iterrows()])
+    if d.empty: return pd.DataFrame({c: [] for c in cells}, index=pd.Index([], name=name)) if len(keys) == 1 else pd.DataFrame()
+    (i, *cols), vals = keys, list(cells)
+    if not cols: return d.set_index(i)[vals].rename_axis(name)
+    first = lambda k, order: [x for x in order if x in set(d[k])] + [x for x in dict.fromkeys(d[k]) if x not in order]
+    t = d.drop_duplicates(list(keys), keep='last').pivot(index=i, columns=cols, values=vals if len(vals) > 1 else vals[0]).loc[first(i, order)]
+    if len(cols) == 1 and len(vals) == 1: t = t[first(cols[0], col_order)]
+    return t.rename_axis(index=name, columns=[None] * t.columns.nlevels)
 
 # %% ../nbs/15a_report.ipynb #87408ae1
 def table1_methods() -> list:
@@ -239,25 +273,14 @@ def table1_methods() -> list:
 
 def table1_ours(df: pd.DataFrame, methods: list | None = None) -> pd.DataFrame:
     "Our Table 1: a row per method (in `methods` order, default table1_methods()), (alpha, IF, GM/PM) columns as mean ± std."
-    methods = table1_methods() if methods is None else methods
-    rows = {}
-    for _, r in df.iterrows():
-        k = (f"alpha={r['alpha']:g}", f"IF={r['imb_factor']:g}")
-        rows.setdefault(r['method'], {}).update({k + ('GM',): ms(r, 'gm_acc'), k + ('PM',): ms(r, 'pm_acc')})
-    out = pd.DataFrame.from_dict(rows, orient='index')
-    out.columns = pd.MultiIndex.from_tuples(out.columns)
-    order = [m for m in methods if m in out.index] + [m for m in out.index if m not in methods]
-    return out.loc[order].sort_index(axis=1, key=lambda c: c.map(lambda s: float(s.split('=')[-1]) if '=' in s else (0 if s == 'GM' else 1)))
+    t = ours_pivot(df, {'method': lambda r: r['method'], 'alpha': lambda r: f"alpha={r['alpha']:g}", 'IF': lambda r: f"IF={r['imb_factor']:g}"},
+                   {'GM': 'gm_acc', 'PM': 'pm_acc'}, table1_methods() if methods is None else methods).reorder_levels([1, 2, 0], axis=1)
+    return t.sort_index(axis=1, key=lambda c: c.map(lambda s: float(s.split('=')[-1]) if '=' in s else (0 if s == 'GM' else 1)))
 
 def table1_claims(df: pd.DataFrame) -> list:
     "Sentences for 'FedLoGe has the best GM / PM in every (alpha, IF) setting'."
-    out = []
-    for col, name in (('gm_acc', 'GM'), ('pm_acc', 'PM')):
-        res = [(best_of(g, col, 'fedloge'), k) for k, g in df.groupby(['alpha', 'imb_factor'], sort=True)]
-        checks = [(b[0], b[3]) for b, _ in res if b]
-        wins = '; '.join(f"alpha={k[0]:g} IF={k[1]:g}: best {b[1]}, FedLoGe {b[2]:+.2f} vs the best other" for b, k in res if b)
-        out.append(claim(f"FedLoGe has the best {name} in every setting", checks) + (f" {wins}." if wins else ''))
-    return out
+    return best_claims(df, "FedLoGe has the best {} in every setting", ['alpha', 'imb_factor'],
+                       detail=lambda k, b: f"alpha={k[0]:g} IF={k[1]:g}: best {b[1]}, FedLoGe {b[2]:+.2f} vs the best other")
 
 # %% ../nbs/15a_report.ipynb #9a76166e
 T3_ROWS = [('ETF', 'etf', 'gm_acc_psi', 'pm_acc_phi'), ('SSE-C', 'sse_c', 'gm_acc_psi', 'pm_acc_phi'),
@@ -267,64 +290,50 @@ T3_ROWS = [('ETF', 'etf', 'gm_acc_psi', 'pm_acc_phi'), ('SSE-C', 'sse_c', 'gm_ac
 def table3_ours(df: pd.DataFrame) -> pd.DataFrame:
     "Our Table 3 from the etf / sse_c variants: GM, PM (mean ± std) per row, plus the frozen classifier's GM."
     v = {r['variant']: r for _, r in df.iterrows()}
-    rows = [(name, ms(v[b], g), ms(v[b], p), ms(v[b], 'gm_acc_sse_c')) for name, b, g, p in T3_ROWS if b in v]
-    return pd.DataFrame(rows, columns=['components', 'GM', 'PM', 'GM (frozen classifier)']).set_index('components')
+    return paper_frame([(name, ms(v[b], g), ms(v[b], p), ms(v[b], 'gm_acc_sse_c')) for name, b, g, p in T3_ROWS if b in v],
+                       ['GM', 'PM', 'GM (frozen classifier)'], 'components')
 
 def table3_claims(df: pd.DataFrame) -> list:
     "Sentences for the three conclusions the paper draws from Table 3."
     v = {r['variant']: r for _, r in df.iterrows()}
-    def gt(a, ca, b, cb):   # row a col ca > row b col cb
-        if a is None or b is None or num(a.get(ca)) is None or num(b.get(cb)) is None: return None
-        return (num(a[ca]) > num(b[cb]), noisy(a, b, ca, cb))
     e, s = v.get('etf'), v.get('sse_c')
     return [claim("SSE-C trains a better backbone than the dense ETF, for GM and PM (with and without realignment)",
-                  [gt(s, c, e, c) for c in ('gm_acc_psi', 'pm_acc_phi', 'gm_acc_ga_fr', 'pm_acc_la_fr')]),
-            claim("GA-FR raises GM on either backbone", [gt(r, 'gm_acc_ga_fr', r, 'gm_acc_psi') for r in (e, s)]),
-            claim("LA-FR raises PM on either backbone", [gt(r, 'pm_acc_la_fr', r, 'pm_acc_phi') for r in (e, s)])]
+                  [beats(s, e, c) for c in ('gm_acc_psi', 'pm_acc_phi', 'gm_acc_ga_fr', 'pm_acc_la_fr')]),
+            claim("GA-FR raises GM on either backbone", [beats(r, r, 'gm_acc_ga_fr', 'gm_acc_psi') for r in (e, s)]),
+            claim("LA-FR raises PM on either backbone", [beats(r, r, 'pm_acc_la_fr', 'pm_acc_phi') for r in (e, s)])]
 
 # %% ../nbs/15a_report.ipynb #7d7653c0
 def sensitivity_ours(df: pd.DataFrame, x: str) -> pd.DataFrame:
     "GM and PM (mean ± std) against the swept hyperparameter column `x` ('hp.gamma' or 'hp.beta')."
     if x not in df: return pd.DataFrame(columns=['GM', 'PM'])
-    d = df[df[x].notna()].sort_values(x)
-    return pd.DataFrame({'GM': [ms(r, 'gm_acc') for _, r in d.iterrows()], 'PM': [ms(r, 'pm_acc') for _, r in d.iterrows()]},
-                        index=pd.Index(d[x].tolist(), name=x.split('.')[-1]))
+    return ours_pivot(df[df[x].notna()].sort_values(x), {x: lambda r: r[x]}, {'GM': 'gm_acc', 'PM': 'pm_acc'}, name=x.split('.')[-1])
 
 def sensitivity_claims(df: pd.DataFrame) -> list:
     "Sentences for the gamma and beta claims of Fig. 4 (on GM)."
     def at(x, v):
-        if x not in df: return None
-        d = df[np.isclose(df[x].astype(float), v)] if df[x].notna().any() else df.iloc[:0]
+        d = df[np.isclose(df[x].astype(float), v)] if x in df and df[x].notna().any() else df.iloc[:0]
         return d.iloc[0] if len(d) else None
     def best(x):
-        if x not in df or not df[x].notna().any(): return None
-        d = df[df[x].notna()]
-        return float(d.loc[d['gm_acc'].idxmax(), x])
-    def gt(a, b): return None if a is None or b is None else (num(a['gm_acc']) > num(b['gm_acc']), noisy(a, b, 'gm_acc'))
+        d = df[df[x].notna()] if x in df else df.iloc[:0]
+        return float(d.loc[d['gm_acc'].idxmax(), x]) if len(d) else None
     bg, bb = best('hp.gamma'), best('hp.beta')
     return [claim(f"gamma around 1.0 (0.5-1.5) is best and a small gamma (0.1) is worse than 1.0 (ours: best GM at gamma={bg})",
-                  [None if bg is None else (0.5 <= bg <= 1.5, None), gt(at('hp.gamma', 1.0), at('hp.gamma', 0.1))]),
+                  [None if bg is None else (0.5 <= bg <= 1.5, None), beats(at('hp.gamma', 1.0), at('hp.gamma', 0.1), 'gm_acc')]),
             claim(f"beta around 0.6 (0.4-0.8) is best and even beta=0.9 beats no sparsity (ours: best GM at beta={bb})",
-                  [None if bb is None else (0.4 <= bb <= 0.8, None), gt(at('hp.beta', 0.9), at('hp.beta', 0.0))])]
+                  [None if bb is None else (0.4 <= bb <= 0.8, None), beats(at('hp.beta', 0.9), at('hp.beta', 0.0), 'gm_acc')])]
 
 # %% ../nbs/15a_report.ipynb #7b3d62f7
 T11_VARIANTS = [('K40_p100', '40 clients (100%)'), ('K40_p30', '40 clients (30%)'), ('K100_p30', '100 clients (30%)')]
 
 def table11_ours(df: pd.DataFrame) -> pd.DataFrame:
     "Our Table 11: a row per method, a 'GM / PM' column per client setting."
-    rows = {}
-    for _, r in df.iterrows():
-        rows.setdefault(r['method'], {})[dict(T11_VARIANTS).get(r['variant'], r['variant'])] = f"{ms(r, 'gm_acc')} / {ms(r, 'pm_acc')}"
-    out = pd.DataFrame.from_dict(rows, orient='index')
-    return out[[c for _, c in T11_VARIANTS if c in out] + [c for c in out if c not in dict(T11_VARIANTS).values()]]
+    names = dict(T11_VARIANTS)
+    return ours_pivot(df, {'method': lambda r: r['method'], 'clients': lambda r: names.get(r['variant'], r['variant'])},
+                      {'GM / PM': lambda r: f"{ms(r, 'gm_acc')} / {ms(r, 'pm_acc')}"}, col_order=list(names.values()))
 
 def table11_claims(df: pd.DataFrame) -> list:
     "Sentences for 'FedLoGe has the best GM / PM in every client/participation setting'."
-    out = []
-    for col, name in (('gm_acc', 'GM'), ('pm_acc', 'PM')):
-        checks = [best_of(g, col, 'fedloge') for _, g in df.groupby('variant')]
-        out.append(claim(f"FedLoGe has the best {name} in every client/participation setting", [(b[0], b[3]) for b in checks if b]))
-    return out
+    return best_claims(df, "FedLoGe has the best {} in every client/participation setting", 'variant')
 
 # %% ../nbs/15a_report.ipynb #7d629681
 CONV_THRESHOLD = 65.0
@@ -360,22 +369,14 @@ ECL_NAMES = {'local': 'Local', 'fedavg_ft': 'FedAvg-FT', 'fedper': 'FedPer', 'lw
 
 def ecl_ours(df: pd.DataFrame) -> pd.DataFrame:
     "Our ECL Table 2: a row per method (ECL's names and order), a PM column per (IF, alpha)."
-    rows = {}
-    for _, r in df.iterrows():
-        rows.setdefault(ECL_NAMES.get(r['method'], r['method']), {})[f"IF={r['imb_factor']:g} α={r['alpha']:g}"] = ms(r, 'pm_acc')
-    out = pd.DataFrame.from_dict(rows, orient='index')
-    return out.loc[[n for n in ECL_NAMES.values() if n in out.index] + [n for n in out.index if n not in ECL_NAMES.values()]]
+    return ours_pivot(df, {'method': lambda r: ECL_NAMES.get(r['method'], r['method']), 'setting': lambda r: f"IF={r['imb_factor']:g} α={r['alpha']:g}"},
+                      {'PM': 'pm_acc'}, list(ECL_NAMES.values()))
 
 def ecl_claims(df: pd.DataFrame) -> list:
     "Sentences for 'ECL has the best PM' and 'Local training has the worst PM', per IF."
-    best = [best_of(g, 'pm_acc', 'ecl') for _, g in df.groupby('imb_factor')]
-    worst = []
-    for _, g in df.groupby('imb_factor'):
-        g = g[g['pm_acc'].notna()]
-        if 'local' in set(g['method']) and len(g) > 1:
-            l = g[g['method'] == 'local'].iloc[0]; o = g[g['method'] != 'local'].sort_values('pm_acc').iloc[0]
-            worst.append((num(l['pm_acc']) < num(o['pm_acc']), noisy(l, o, 'pm_acc')))
-    return [claim("ECL has the best PM at IF=10 and IF=100 (alpha=0.2)", [(b[0], b[3]) for b in best if b]),
+    worst = [beats(g[g['method'] != 'local'].sort_values('pm_acc').iloc[0], g[g['method'] == 'local'].iloc[0], 'pm_acc')   # the lowest other vs local
+             for _, g in df[df['pm_acc'].notna()].groupby('imb_factor') if 'local' in set(g['method']) and len(g) > 1]
+    return [*best_claims(df, "ECL has the best {} at IF=10 and IF=100 (alpha=0.2)", 'imb_factor', 'ecl', [('pm_acc', 'PM')]),
             claim("Local training has the worst PM", worst)]
 
 # %% ../nbs/15a_report.ipynb #ee6906b6

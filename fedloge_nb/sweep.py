@@ -13,7 +13,7 @@ from fastcore.script import call_parse, bool_arg, store_true
 from .federated import FedConfig, run_fl, get_method, save_json, save_csv, atomic_write, load_checkpoint, last_k_means, check_device, make_algorithm, hp_key
 from .guards import take_lock, release_lock
 from .commands import register_command, hp_for, check_names
-from .aggregate import (METRICS, is_metric, run_label, save_fig, rounds_to_reach, aggregate, summary_markdown, plot_bars,
+from .aggregate import (METRICS, is_metric, runs_frame, save_fig, rounds_to_reach, aggregate, summary_markdown, plot_bars,
                                   plot_sensitivity, plot_curves, read_rows, read_history, selected_markdown)
 
 # %% auto #0
@@ -301,12 +301,10 @@ def load_histories(out, rows: list | None = None, status=('ok',)) -> pd.DataFram
 # %% ../nbs/15_sweep.ipynb #b6fa3920
 def write_plots(spec: SweepSpec, rows: list, summary: list, out):
     "The sweep's PNGs in `out/plots`: learning curves per setting, a dot-and-interval plot per `[report] bars` metric, sensitivity plots."
-    out = Path(out)
-    for s in dict.fromkeys(r['setting'] for r in rows):
-        hs = {}
-        for r in rows:
-            if r['setting'] == s and r['status'] == 'ok': hs.setdefault(run_label(r), []).append(read_history(out/str(r['cell'])/'history.csv'))
-        if hs: save_fig(plot_curves(hs, keys=tuple(spec.report['curves']), title=f'{spec.name}: {s}'), out/'plots'/f'curves_{s}.png')
+    out, df = Path(out), runs_frame(rows)
+    for s, d in df[df['status'] == 'ok'].groupby('setting', sort=False, dropna=False):      # a label's histories, one per seed
+        hs = {l: [read_history(out/str(c)/'history.csv') for c in g['cell']] for l, g in d.groupby('label', sort=False)}
+        save_fig(plot_curves(hs, keys=tuple(spec.report['curves']), title=f'{spec.name}: {s}'), out/'plots'/f'curves_{s}.png')
     done = [r for r in summary if r['n_seeds']]
     for m in spec.report['bars']: plot_bars(done, m, out/'plots'/f'bars_{m}.png')
     for x in spec.report['sensitivity']:

@@ -25,7 +25,7 @@ __all__ = ['FIELDS', 'GRID_ALIASES', 'TOP_KEYS', 'REPORT_DEFAULTS', 'SHORT', 'HP
 # %% ../nbs/15_sweep.ipynb #5956da09
 FIELDS = [f.name for f in dataclasses.fields(FedConfig)]
 GRID_ALIASES = {'methods': 'method', 'seeds': 'seed', 'datasets': 'dataset'}
-TOP_KEYS = ('name', 'description', 'out', 'base', 'grid', 'hp', 'report', 'meta')
+TOP_KEYS = ('name', 'description', 'out', 'base', 'grid', 'hp', 'report', 'meta', 'more_seeds')
 REPORT_DEFAULTS = dict(metrics=list(METRICS),
                        curves=['gm_acc', 'pm_acc'], bars=['gm_acc', 'pm_acc'], sensitivity=[],
                        converge_metric='gm_acc', converge_at=[], last_k=3, select=[], reference=None)
@@ -46,6 +46,7 @@ class SweepSpec:
     hp: dict = field(default_factory=dict)          # method -> {hyperparameter: value}
     report: dict = field(default_factory=lambda: dict(REPORT_DEFAULTS))
     meta: dict = field(default_factory=dict)
+    more_seeds: list = field(default_factory=list)  # [{seeds, cells}]: extra seeds of some groups ('method[ variant]')
 
     @property
     def methods(self) -> list:
@@ -104,6 +105,22 @@ def _method_hp(tables: dict, methods: list) -> dict:
         out[m] = dict(h)
     return out
 
+# %% ../nbs/15_sweep.ipynb #a4db52c9
+def _parse_more_seeds(v) -> list:
+    "The `[[more_seeds]]` tables as [{'seeds': [int], 'cells': ['method[ variant]']}], checked."
+    if not isinstance(v, list) or not all(isinstance(t, dict) for t in v):
+        raise ValueError("more_seeds must be a list of tables: [[more_seeds]] seeds = [5, 6] cells = [\"fedloge gamma0.1\"]")
+    out = []
+    for t in v:
+        _unknown('[[more_seeds]]', t, ['seeds', 'cells'])
+        seeds, cells = t.get('seeds'), t.get('cells')
+        if not (isinstance(seeds, list) and seeds and all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)):
+            raise ValueError(f"more_seeds.seeds must be a non-empty list of integers, got {seeds!r}")
+        if not (isinstance(cells, list) and cells and all(isinstance(c, str) for c in cells)):
+            raise ValueError(f"more_seeds.cells must be a non-empty list of 'method[ variant]' names, got {cells!r}")
+        out.append(dict(seeds=list(seeds), cells=list(cells)))
+    return out
+
 # %% ../nbs/15_sweep.ipynb #d1ffae8b
 def parse_spec(d: dict, name: str = 'sweep') -> SweepSpec:
     "Check a sweep dict (as read from TOML) and return a `SweepSpec`; unknown keys raise a ValueError naming them."
@@ -123,6 +140,7 @@ def parse_spec(d: dict, name: str = 'sweep') -> SweepSpec:
     rep = dict(d.get('report', {}))
     _unknown('[report]', rep, list(REPORT_DEFAULTS))
     spec.report = {**REPORT_DEFAULTS, **rep}
+    spec.more_seeds = _parse_more_seeds(d.get('more_seeds', []))
     return spec
 
 # %% ../nbs/15_sweep.ipynb #e5c00001
@@ -154,35 +172,41 @@ class Cell:
     cfg: FedConfig
 
 # %% ../nbs/15_sweep.ipynb #e5c00002
+def _cell(spec: SweepSpec, seed: int, setting: dict, ov: dict, m: str) -> Cell:
+    "The cell of method `m` under override `ov` in the grid setting `setting` with `seed` (named from what it changes)."
+    ovf = {k: v for k, v in ov.items() if k not in ('hp', 'label')}
+    ohp = hp_for(m, ov.get('hp', {}), strict=False)
+    kw = {**spec.base, **setting, **ovf, 'method': m, 'seed': seed, 'hp': {**spec.hp.get(m, {}), **ohp}}
+    cfg = FedConfig(**kw).validate()
+    d = {**dataclasses.asdict(FedConfig()), **kw}
+    parts = [_v(d['dataset']), f"if{_v(d['imb_factor'])}", f"a{_v(d['alpha'])}"]
+    parts += [f"{SHORT.get(k, k)}{_v(v)}" for k, v in setting.items() if k not in ('dataset', 'imb_factor', 'alpha')]
+    variant = (ov.get('label') or '_'.join([f"{SHORT.get(k, k)}{_v(v)}" for k, v in ovf.items()] +
+                                           [f"{k}{_v(v)}" for k, v in ohp.items()])) if (ovf or ohp) else ''
+    group = _safe('_'.join(parts + [m] + ([variant] if variant else [])))
+    return Cell(f"{group}_s{seed}", group, _safe('_'.join(parts)), _safe(variant), cfg)
+
+def _label(c: Cell) -> str: return c.cfg.method + (f" {c.variant}" if c.variant else '')
+
+# %% ../nbs/15_sweep.ipynb #bbcf15ba
 def expand(spec: SweepSpec) -> list:
-    "All cells of a sweep (duplicates removed), seeds x settings x overrides x methods."
+    "All cells of a sweep (duplicates removed): seeds x settings x overrides x methods, then the `more_seeds` of some groups."
     fixed = {k: v for k, v in spec.grid.items() if k not in ('method', 'seed')}
-    seeds = spec.grid.get('seed', [spec.base.get('seed', 0)])
+    combos = [dict(zip(fixed, c)) for c in (itertools.product(*fixed.values()) if fixed else [()])]
+    every = lambda seeds: [_cell(spec, s, st, ov, m) for s in seeds for st in combos for ov in spec.overrides for m in spec.methods]
+    cand = every(spec.grid.get('seed', [spec.base.get('seed', 0)]))
+    for extra in spec.more_seeds:
+        known = list(dict.fromkeys(_label(c) for c in cand))
+        bad = [l for l in extra['cells'] if l not in known]
+        if bad: raise ValueError(f"more_seeds names {bad[0]!r}, not a group of the grid; known: {', '.join(known)}")
+        cand += [c for c in every(extra['seeds']) if _label(c) in extra['cells']]
     cells, seen = [], {}
-    for seed in seeds:
-        for combo in itertools.product(*fixed.values()) if fixed else [()]:
-            setting = dict(zip(fixed, combo))
-            for ov in spec.overrides:
-                for m in spec.methods:
-                    ovf = {k: v for k, v in ov.items() if k not in ('hp', 'label')}
-                    ohp = hp_for(m, ov.get('hp', {}), strict=False)
-                    kw = {**spec.base, **setting, **ovf, 'method': m, 'seed': seed, 'hp': {**spec.hp.get(m, {}), **ohp}}
-                    cfg = FedConfig(**kw).validate()
-                    d = {**dataclasses.asdict(FedConfig()), **kw}
-                    parts = [_v(d['dataset']), f"if{_v(d['imb_factor'])}", f"a{_v(d['alpha'])}"]
-                    parts += [f"{SHORT.get(k, k)}{_v(v)}" for k, v in setting.items() if k not in ('dataset', 'imb_factor', 'alpha')]
-                    touched = bool(ovf or ohp)
-                    variant = (ov.get('label') or '_'.join([f"{SHORT.get(k, k)}{_v(v)}" for k, v in ovf.items()] +
-                                                           [f"{k}{_v(v)}" for k, v in ohp.items()])) if touched else ''
-                    setting_s = _safe('_'.join(parts))
-                    group = _safe('_'.join(parts + [m] + ([variant] if variant else [])))
-                    name = f"{group}_s{seed}"
-                    key = json.dumps(cfg.key(), sort_keys=True)
-                    if name in seen:
-                        if seen[name] != key: raise ValueError(f"two different cells are both named {name!r}: give the overrides distinct 'label's")
-                        continue
-                    seen[name] = key
-                    cells.append(Cell(name, group, setting_s, _safe(variant), cfg))
+    for c in cand:
+        key = json.dumps(c.cfg.key(), sort_keys=True)
+        if c.name in seen:
+            if seen[c.name] != key: raise ValueError(f"two different cells are both named {c.name!r}: give the overrides distinct 'label's")
+            continue
+        seen[c.name] = key; cells.append(c)
     if len(set(seen.values())) != len(seen):
         raise ValueError("two cells of the sweep have the same config under different names: remove the duplicate override")
     return cells

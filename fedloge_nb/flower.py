@@ -4,7 +4,7 @@
 
 # %% ../nbs/16_flower.ipynb #e5bae2c5
 from __future__ import annotations
-import copy, io, json, math, os, sys, time, dataclasses
+import contextlib, copy, functools, inspect, io, json, math, os, sys, threading, time, dataclasses
 from collections import OrderedDict
 from pathlib import Path
 import numpy as np
@@ -35,15 +35,17 @@ def unpack(b: bytes, device='cpu'):
     return torch.load(io.BytesIO(b), map_location=device, weights_only=True)
 
 # %% auto #0
-__all__ = ['STATE_KEY', 'APP_FILES', 'APP_ID', 'NODE_MAIN', 'to_record', 'from_record', 'pack', 'unpack', 'run_key', 'own_hp',
-           'client_setup', 'own_algo', 'state_dir', 'load_client_state', 'save_client_state', 'client_train',
-           'client_evaluate', 'client_finish', 'client_query', 'make_client_app', 'FlowerError', 'check_min_clients',
-           'send_and_receive', 'trace_mark', 'EngineStrategy', 'LocalGrid', 'run_flower', 'make_server_app',
-           'tagged_processes', 'write_app', 'make_certificates', 'make_node_key', 'run_task', 'serve_clientapps',
-           'Deployment', 'run_deployment', 'deploy']
+__all__ = ['STATE_KEY', 'RAY_INLINE', 'APP_FILES', 'APP_ID', 'NODE_MAIN', 'to_record', 'from_record', 'pack', 'unpack', 'run_key',
+           'own_hp', 'own_algo', 'trace_mark', 'client_setup', 'state_dir', 'load_client_state', 'save_client_state',
+           'client_train', 'client_evaluate', 'client_finish', 'client_query', 'make_client_app', 'FlowerError',
+           'check_min_clients', 'Wake', 'send_and_receive', 'EngineStrategy', 'LocalGrid', 'woken_simulation',
+           'run_flower', 'make_server_app', 'tagged_processes', 'write_app', 'make_certificates', 'make_node_key',
+           'run_task', 'serve_clientapps', 'Deployment', 'run_deployment', 'deploy']
 
 # %% ../nbs/16_flower.ipynb #357afc40
 _CLIENT: dict = {}   # this process's client side of one run (a Ray actor or a SuperNode serves many messages)
+_DATA: dict = {}     # this process's federated data, kept while the runs it serves share their data config
+_BUILDS = {'data': 0, 'method': 0}   # how many times this process built the data / a method's client side
 STATE_KEY = 'fedloge_nb.client_state'
 
 def run_key(cfg_json: str) -> str:
@@ -56,21 +58,34 @@ def own_hp(cfg: FedConfig) -> dict:
     cls = get_method(cfg.method)
     return {k: {**cls.defaults, **cfg.hp}[k] for k in matched_hp(cls, cfg)}
 
-def client_setup(cfg_json: str):
-    "The client side of a run in this process, built once per config: (cfg, algo, clients, initial client states)."
-    if _CLIENT.get('key') != cfg_json:
-        from fedloge_nb.data import make_fed_data
-        cfg = FedConfig(**json.loads(cfg_json)).validate()
-        fed = make_fed_data(**cfg.data_args())
-        algo = make_algorithm(cfg); clients, states, _ = start_run(algo, fed, cfg)
-        _CLIENT.clear(); _CLIENT.update(key=cfg_json, cfg=cfg, algo=algo, clients=clients, states=states, fed=fed)
-    return _CLIENT['cfg'], _CLIENT['algo'], _CLIENT['clients'], _CLIENT['states']
-
 def own_algo(cfg: FedConfig, algo):
     "This process's copy of the client `algo` with the method's own post-training hyperparameters (built once per run)."
     if _CLIENT.get('own') is None:
         o = copy.deepcopy(algo); o.hp.update(own_hp(cfg)); _CLIENT['own'] = o
     return _CLIENT['own']
+
+# %% ../nbs/16_flower.ipynb #2ec35da2
+def trace_mark(path, what: str):
+    "Append 'unix time<TAB>what' to the trace file `path` (one write, so several processes can share the file); no path: nothing."
+    if path:
+        with open(path, 'a') as f: f.write(f"{time.time():.3f}\t{what}\n")
+
+# %% ../nbs/16_flower.ipynb #c8701c97
+def client_setup(cfg_json: str):
+    "The client side of a run in this process, built once per config (the data once per data config): (cfg, algo, clients, initial client states)."
+    if _CLIENT.get('key') != cfg_json:
+        cfg = FedConfig(**json.loads(cfg_json)).validate()
+        dkey = json.dumps(cfg.data_args(), sort_keys=True, default=str)
+        if _DATA.get('key') != dkey:
+            from fedloge_nb.data import make_fed_data
+            _DATA.clear(); _DATA.update(key=dkey, fed=make_fed_data(**cfg.data_args())); _BUILDS['data'] += 1
+        _CLIENT.clear()
+        algo = make_algorithm(cfg); clients, states, _ = start_run(algo, _DATA['fed'], cfg); _BUILDS['method'] += 1
+        torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.0).step()   # torch's imports of a first step, now
+        _CLIENT.update(key=cfg_json, cfg=cfg, algo=algo, clients=clients, states=states, fed=_DATA['fed'])
+        trace_mark(os.environ.get('FEDLOGE_NB_TRACE'), f"client side built: {cfg.method} in pid {os.getpid()} "
+                                                        f"(builds so far: data {_BUILDS['data']}, method {_BUILDS['method']})")
+    return _CLIENT['cfg'], _CLIENT['algo'], _CLIENT['clients'], _CLIENT['states']
 
 # %% ../nbs/16_flower.ipynb #e2d8f09b
 def state_dir(c, context, k: int) -> Path | None:
@@ -103,17 +118,17 @@ def save_client_state(context, c, k: int, tag: str, state: dict):
 
 # %% ../nbs/16_flower.ipynb #4be1fc4d
 def _client(msg, context):
-    "(config, cfg, algo, client k's data, its private state, k) for a message; the server model is loaded into `algo`."
+    "(config, cfg, algo, client k's data, its private state, k, server model) for a message; the server model is loaded into `algo`."
     c = msg.content['config']
+    torch.set_num_threads(int(c['threads']))                         # the server's thread count: same float sums (a build's too)
     cfg, algo, clients, states = client_setup(c['cfg'])
     if c.get('branch', '') == 'own': algo = own_algo(cfg, algo)        # the method's own post-training budget
-    torch.set_num_threads(int(c['threads']))                         # the server's thread count: same float sums
     k = int(context.node_config.get('partition-id', -1))
     if not 0 <= k < cfg.clients:
         raise ValueError(f"this SuperNode has partition-id={k}, outside the run's {cfg.clients} clients: start it with --node-config 'partition-id=K num-partitions={cfg.clients}'")
-    algo.load_global(from_record(msg.content['arrays'], algo.device))
-    algo.load_extra_state(unpack(c['extra'], algo.device))
-    return c, cfg, algo, clients[k], load_client_state(context, c, k, states[k], algo.device), k
+    g = from_record(msg.content['arrays'], algo.device)              # decoded once: loaded here, and where a training starts
+    algo.load_global(g); algo.load_extra_state(unpack(c['extra'], algo.device))
+    return c, cfg, algo, clients[k], load_client_state(context, c, k, states[k], algo.device), k, g
 
 def _problem(state) -> str:
     from fedloge_nb.guards import nonfinite
@@ -126,10 +141,9 @@ def _reply(msg, info: dict, **records):
 def client_train(msg, context):
     "One round of local training on this node's client: `client_update`, shared state back, private state kept as tag 'r<round>'."
     from flwr.app import MetricRecord
-    c, cfg, algo, d, cs, k = _client(msg, context)
+    c, cfg, algo, d, cs, k, gstate = _client(msg, context)
     rnd = int(c['round'])
     if len(d) == 0: return _reply(msg, {'k': k, 'n': 0, 'loss': float('nan'), 'bad': ''})
-    gstate = from_record(msg.content['arrays'], algo.device)
     s = derive_seed(cfg.seed, 'client', rnd, k)
     torch.manual_seed(s)
     r = algo.client_update(gstate, cs, d, cfg, s)
@@ -141,7 +155,7 @@ def client_train(msg, context):
 # %% ../nbs/16_flower.ipynb #0d285171
 def client_evaluate(msg, context):
     "PM on this node: `client_scores` of its personalised model(s) on its local test (and validation) set, and its share of the diagnostics."
-    c, cfg, algo, d, cs, k = _client(msg, context)
+    c, cfg, algo, d, cs, k, _ = _client(msg, context)
     sc = {'test': client_scores(algo, d, cs)}
     if d.x_val is not None: sc['val'] = client_scores(algo, dataclasses.replace(d, x_test=d.x_val, y_test=d.y_val), cs)
     want = json.loads(c.get('diag', '[]'))                            # diagnostics that need the private state (FedLoGe's phi_spearman)
@@ -150,7 +164,7 @@ def client_evaluate(msg, context):
 
 def client_finish(msg, context):
     "One post-training stage on this node: `finish_client` with the server's message; the state is kept as tag `c['save']`, the report goes back."
-    c, cfg, algo, d, cs, k = _client(msg, context)
+    c, cfg, algo, d, cs, k, _ = _client(msg, context)
     stage = int(c['stage'])
     torch.manual_seed(derive_seed(cfg.seed, 'finish', stage, k))
     cs, rep = algo.finish_client(stage, d, cs, cfg, unpack(c['msg'], algo.device))
@@ -158,7 +172,11 @@ def client_finish(msg, context):
     return _reply(msg, {'k': k, 'report': pack(rep), 'bad': _problem({'post_training': cs})})
 
 def client_query(msg, context):
-    "Which client this node is (its `partition-id`)."
+    "Which client this node is (its `partition-id`); a query that names the run's config also builds its client side now, before round 1."
+    c = msg.content['config']
+    if 'cfg' in c:
+        try: torch.set_num_threads(int(c['threads'])); client_setup(c['cfg'])
+        except Exception: pass                                        # the run's first message builds it again and reports the error
     return _reply(msg, {'k': int(context.node_config.get('partition-id', -1))})
 
 def make_client_app():
@@ -185,28 +203,35 @@ def check_min_clients(m) -> float:
     if not (0 < m < 1 or (m >= 1 and m == int(m))): raise ValueError(f"--min_clients {m:g}: give a count >= 1 or a fraction in (0, 1) of the clients asked")
     return m
 
+# %% ../nbs/16_flower.ipynb #d259f9f3
+class Wake:
+    "Events between the ServerApp and a simulation's threads: `pushed` (messages wait to be dispatched), `replied` (a reply was stored)."
+    def __init__(self): self.pushed, self.replied = threading.Event(), threading.Event()
+
 # %% ../nbs/16_flower.ipynb #184f773d
-def send_and_receive(grid, messages, timeout: float | None = None, poll: float = 0.25) -> list:
-    "Flower's `grid.send_and_receive`, pulling the replies after 0.05 s, then less and less often up to every `poll` s, until all came back or `timeout` s passed."
-    if not hasattr(grid, 'push_messages'): return list(grid.send_and_receive(messages, timeout=timeout))
+def send_and_receive(grid, messages, timeout: float | None = None, poll: float = 0.25, wake: Wake | None = None, meanwhile=None) -> list:
+    "Flower's `grid.send_and_receive`: push, run `meanwhile()`, pull the replies after 0.05 s, then less and less often up to every `poll` s (with `wake`: when one is stored), until all came back or `timeout` s passed."
+    if not hasattr(grid, 'push_messages'):
+        if meanwhile is not None: meanwhile()
+        return list(grid.send_and_receive(messages, timeout=timeout))
+    if wake is not None: wake.replied.clear()
     ids, out, wait = set(grid.push_messages(messages)), [], min(0.05, poll)
+    if wake is not None: wake.pushed.set()                           # the simulation's dispatcher hands them to its workers now
     end = None if timeout is None else time.monotonic() + timeout
+    if meanwhile is not None: meanwhile()                            # the server's own work while the clients do theirs
     while ids:
         got = list(grid.pull_messages(ids)); out += got
         ids -= {m.metadata.reply_to_message_id for m in got}
         if not ids or (end is not None and time.monotonic() >= end): break
-        time.sleep(wait); wait = min(poll, wait * 1.5)
+        if wake is None: time.sleep(wait); wait = min(poll, wait * 1.5)
+        else: wake.replied.wait(poll if end is None else max(0.0, min(poll, end - time.monotonic()))); wake.replied.clear()
     return out
-
-def trace_mark(path, what: str):
-    "Append 'unix time<TAB>what' to the trace file `path` (one write, so several processes can share the file); no path: nothing."
-    if path:
-        with open(path, 'a') as f: f.write(f"{time.time():.3f}\t{what}\n")
 
 # %% ../nbs/16_flower.ipynb #f41611d9
 class EngineStrategy:
     "A Flower `Strategy` that is the engine's round loop: the same sampling, seeds, aggregation order, evaluation and post-training stages."
     trace, poll = None, 0.25                                          # trace file of `trace_mark` (None: none); longest wait between pulls for replies
+    wake, ahead = None, False                                         # simulation: its threads' `Wake`; queries that ask the nodes to build ahead
     def __init__(self, cfg: FedConfig, fed=None, out=None, progress: bool = True, timeout: float | None = 600.0, node_wait: float = 120.0,
                  resume: bool = False, min_clients: float = 1, state_dir=None):
         cfg = cfg.validate()
@@ -224,7 +249,7 @@ class EngineStrategy:
         self.nodes, self.queried = {}, set()                          # client k -> Flower node id; node ids already asked who they are
         self.tags = {k: 'r0' for k in range(cfg.clients)}            # client k's private state the server's model goes with
         self.kept = dict(self.tags)                                   # ... at the last checkpoint (the clients keep it for a resume)
-        self.failures, self.diag_keys = [], None                      # every client that did not answer: {'what', 'client', 'reason'}
+        self.failures, self.diag_keys, self.evaluated = [], None, None   # failures: every client that did not answer: {'what', 'client', 'reason'}
         self.loss, self.n_clients, self.asked, self.answered = float('nan'), 0, 0, 0
 
     def need(self, asked: int) -> int:
@@ -232,22 +257,23 @@ class EngineStrategy:
         m = self.min_clients
         return min(asked, int(m) if m >= 1 else max(1, math.ceil(m * asked)))
 
-    def message(self, k: int, arrays, message_type: str, algo=None, tags=None, **config):
-        "The message to client k's node: the server model, the run's config, the extra server state and which private state to start from."
+    def message(self, k: int, arrays, message_type: str, algo=None, tags=None, extra: bytes | None = None, **config):
+        "The message to client k's node: the server model, the run's config, the extra server state (`extra`: packed already) and which private state to start from."
         from flwr.app import ConfigRecord, Message, RecordDict
         algo, tags = algo or self.algo, self.tags if tags is None else tags
-        c = ConfigRecord({'cfg': self.cfg_json, 'threads': torch.get_num_threads(), 'extra': pack(algo.extra_state()),
+        c = ConfigRecord({'cfg': self.cfg_json, 'threads': torch.get_num_threads(), 'extra': pack(algo.extra_state()) if extra is None else extra,
                           'state': tags[k], 'keep': self.kept[k], 'state_dir': self.state_dir, **config})
         return Message(content=RecordDict({'arrays': arrays, 'config': c}), dst_node_id=self.nodes[k], message_type=message_type)
 
 # %% ../nbs/16_flower.ipynb #0fa176d3
 @patch
 def _query(self: EngineStrategy, grid, ids) -> dict:
-    "Ask nodes `ids` their `partition-id`: `{k: node id}` (the first node per k; nodes that fail are skipped)."
+    "Ask nodes `ids` their `partition-id`: `{k: node id}` (the first node per k; nodes that fail are skipped); `ahead`: and to build the run's client side."
     from flwr.app import ConfigRecord, Message, MessageType, RecordDict
-    msgs = [Message(content=RecordDict({'config': ConfigRecord({})}), dst_node_id=i, message_type=MessageType.QUERY) for i in ids]
+    c = {'cfg': self.cfg_json, 'threads': torch.get_num_threads()} if self.ahead else {}
+    msgs = [Message(content=RecordDict({'config': ConfigRecord(c)}), dst_node_id=i, message_type=MessageType.QUERY) for i in ids]
     seen = {}
-    for m in send_and_receive(grid, msgs, self.timeout, self.poll):
+    for m in send_and_receive(grid, msgs, self.timeout, self.poll, self.wake):
         self.queried.add(m.metadata.src_node_id)
         if not m.has_error(): seen.setdefault(int(m.content['info']['k']), m.metadata.src_node_id)
     return seen
@@ -278,14 +304,14 @@ def live(self: EngineStrategy, grid) -> set:
     return {k for k, i in self.nodes.items() if i in ids}
 
 @patch
-def exchange(self: EngineStrategy, grid, asked: list, messages: list, what: str) -> dict:
-    "Send `messages` (to the live ones of the `asked` clients) and wait: `{k: reply}`; failures are logged and counted, fewer than `need` answers is a `FlowerError`."
+def exchange(self: EngineStrategy, grid, asked: list, messages: list, what: str, meanwhile=None) -> dict:
+    "Send `messages` (to the live ones of the `asked` clients), run `meanwhile()` and wait: `{k: reply}`; failures are logged and counted, fewer than `need` answers is a `FlowerError`."
     inv = {v: k for k, v in self.nodes.items()}
     sent = [inv[m.metadata.dst_node_id] for m in messages]
     failed = {k: 'its node is not connected' for k in asked if k not in sent}
     got = {}
     trace_mark(self.trace, f'{what}: sent to {len(messages)}')
-    for m in (send_and_receive(grid, messages, self.timeout, self.poll) if messages else []):
+    for m in (send_and_receive(grid, messages, self.timeout, self.poll, self.wake, meanwhile) if messages else []):
         k = inv.get(m.metadata.src_node_id)
         if k not in sent: continue
         if m.has_error(): failed[k] = (m.error.reason.strip().splitlines() or ['error'])[-1][:300]
@@ -307,8 +333,8 @@ def configure_train(self: EngineStrategy, server_round, arrays, config, grid):
     "Messages to the round's clients whose nodes are connected, `sample_clients(K, frac, seed, round)` as in the engine."
     from flwr.app import MessageType
     live = self.live(grid)
-    ks = sample_clients(self.cfg.clients, self.cfg.frac, self.cfg.seed, server_round)
-    return [self.message(k, arrays, MessageType.TRAIN, round=server_round) for k in ks if k in live]
+    ks, extra = sample_clients(self.cfg.clients, self.cfg.frac, self.cfg.seed, server_round), pack(self.algo.extra_state())
+    return [self.message(k, arrays, MessageType.TRAIN, extra=extra, round=server_round) for k in ks if k in live]
 
 @patch
 def aggregate_train(self: EngineStrategy, server_round, replies):
@@ -341,6 +367,15 @@ def train_round(self: EngineStrategy, grid, rnd: int, arrays):
     self.asked, self.answered = len(asked), len(got)
     return self.aggregate_train(rnd, got)[0]
 
+# %% ../nbs/16_flower.ipynb #544e4c9b
+@patch
+def server_scores(self: EngineStrategy, algo=None) -> dict:
+    "What the server scores alone, from its model: GM on the global test set ('test') and validation set ('val'), and the diagnostics ('diag')."
+    algo, fed = algo or self.algo, self.fed
+    s = {'test': evaluate_global(algo, fed), 'diag': algo.diagnostics(fed, [], [])}
+    if getattr(fed, 'has_val', False): s['val'] = evaluate_global(algo, val_view(fed, [])[0])
+    return s
+
 # %% ../nbs/16_flower.ipynb #44149da7
 @patch
 def configure_evaluate(self: EngineStrategy, server_round, arrays, config, grid, algo=None, tags=None, branch: str = ''):
@@ -349,21 +384,21 @@ def configure_evaluate(self: EngineStrategy, server_round, arrays, config, grid,
     algo = algo or self.algo
     if self.diag_keys is None:                                        # the diagnostics the server cannot compute alone
         self.diag_keys = sorted(n for n, v in algo.diagnostics(self.fed, [], []).items() if isinstance(v, float) and math.isnan(v))
-    live = self.live(grid)
-    return [self.message(k, arrays, MessageType.EVALUATE, algo, tags, round=server_round, branch=branch, diag=json.dumps(self.diag_keys))
+    live, extra = self.live(grid), pack(algo.extra_state())
+    return [self.message(k, arrays, MessageType.EVALUATE, algo, tags, extra, round=server_round, branch=branch, diag=json.dumps(self.diag_keys))
             for k in range(self.cfg.clients) if k in live]
 
 @patch
-def aggregate_evaluate(self: EngineStrategy, server_round, replies, algo=None):
-    "GM at the server + PM from the clients' scores (client order) + diagnostics: the engine's `_evaluate_all`."
+def aggregate_evaluate(self: EngineStrategy, server_round, replies, algo=None, server=None):
+    "GM at the server (`server`: its `server_scores`, if made already) + PM from the clients' scores (client order) + diagnostics: the engine's `_evaluate_all`."
     from flwr.app import MetricRecord
-    algo, fed, ks = algo or self.algo, self.fed, sorted(replies)
-    sc = [unpack(replies[k]['info']['scores']) for k in ks]
-    m = evaluate_global(algo, fed); m.update(personal_scores(algo, [s['test'] for s in sc]))
-    if getattr(fed, 'has_val', False):
-        v = evaluate_global(algo, val_view(fed, [])[0]); v.update(personal_scores(algo, [s.get('val', {}) for s in sc]))
+    algo, ks = algo or self.algo, sorted(replies)
+    server, sc = server or self.server_scores(algo), [unpack(replies[k]['info']['scores']) for k in ks]
+    m = dict(server['test']); m.update(personal_scores(algo, [s['test'] for s in sc]))
+    if 'val' in server:
+        v = dict(server['val']); v.update(personal_scores(algo, [s.get('val', {}) for s in sc]))
         m.update({f'val_{k}': x for k, x in v.items() if k != 'client_acc'})
-    m.update(algo.diagnostics(fed, [], []))
+    m.update(server['diag'])
     for n in self.diag_keys or []:                                    # per-client diagnostics: mean over the clients (NaN left out)
         vals = [x for k in ks if 'diag' in replies[k]['info'] and (x := unpack(replies[k]['info']['diag']).get(n, float('nan'))) == x]
         m[n] = float(sum(vals) / len(vals)) if vals else float('nan')
@@ -372,15 +407,11 @@ def aggregate_evaluate(self: EngineStrategy, server_round, replies, algo=None):
 
 @patch
 def evaluate(self: EngineStrategy, grid, rnd: int, arrays, what: str, algo=None, tags=None, branch: str = '') -> dict:
-    "One evaluation exchange with every client; the metrics (PM over the clients that answered: `pm_clients` says how many)."
-    msgs = self.configure_evaluate(rnd, arrays, None, grid, algo, tags, branch)
-    self.aggregate_evaluate(rnd, self.exchange(grid, list(range(self.cfg.clients)), msgs, what), algo)
+    "One evaluation exchange with every client, the server's GM made meanwhile; the metrics (PM over the clients that answered: `pm_clients` says how many)."
+    msgs, server = self.configure_evaluate(rnd, arrays, None, grid, algo, tags, branch), {}
+    got = self.exchange(grid, list(range(self.cfg.clients)), msgs, what, meanwhile=lambda: server.update(self.server_scores(algo)))
+    self.aggregate_evaluate(rnd, got, algo, server or None); self.evaluated = (rnd, len(got))
     return self.metrics
-
-@patch
-def summary(self: EngineStrategy):
-    "The run's summary (after `start`), as Flower's `Strategy.summary` would log the configuration."
-    return getattr(self, 'result', None)
 
 # %% ../nbs/16_flower.ipynb #e292580b
 @patch
@@ -391,8 +422,8 @@ def finish(self: EngineStrategy, grid, arrays, algo=None, tags=None, branch: str
     seed_everything(derive_seed(cfg.seed, 'finish'))
     fmsg = {}
     for stage in range(algo.finish_rounds(cfg)):
-        live, what = self.live(grid), f'{branch + " " if branch else ""}post-training stage {stage}'
-        msgs = [self.message(k, arrays, f'{MessageType.TRAIN}.finish', algo, tags, stage=stage, msg=pack(fmsg), save=f'{branch}f{stage}', branch=branch)
+        live, what, fm, extra = self.live(grid), f'{branch + " " if branch else ""}post-training stage {stage}', pack(fmsg), pack(algo.extra_state())
+        msgs = [self.message(k, arrays, f'{MessageType.TRAIN}.finish', algo, tags, extra, stage=stage, msg=fm, save=f'{branch}f{stage}', branch=branch)
                 for k in range(cfg.clients) if k in live]
         got = self.exchange(grid, list(range(cfg.clients)), msgs, what)
         for k in sorted(got):
@@ -409,6 +440,11 @@ def own_budget(self: EngineStrategy, grid, arrays, algo, tags) -> dict:
     self.finish(grid, arrays, algo, tags, 'own')
     m = self.evaluate(grid, self.cfg.rounds, arrays, 'own final evaluation', algo, tags, 'own')
     return {**{f'own_{k}': v for k, v in scalar_metrics(m).items()}, 'own_hp': algo.hp}
+
+@patch
+def summary(self: EngineStrategy):
+    "The run's summary (after `start`), as Flower's `Strategy.summary` would log the configuration."
+    return getattr(self, 'result', None)
 
 # %% ../nbs/16_flower.ipynb #8a1ddd2a
 @patch
@@ -456,7 +492,7 @@ def start(self: EngineStrategy, grid, initial_arrays=None, num_rounds=None, time
         arrays = self.train_round(grid, rnd, arrays)
         train_time += time.perf_counter() - t0
         if rnd % cfg.eval_every == 0 or rnd == cfg.rounds:
-            m = scalar_metrics(self.evaluate(grid, rnd, arrays, f'evaluation {rnd}'))
+            full = self.evaluate(grid, rnd, arrays, f'evaluation {rnd}'); m = scalar_metrics(full)
             history.append({'round': rnd, 'train_loss': self.loss, 'clients': self.n_clients, 'train_time_s': round(train_time, 3), **m,
                             'clients_asked': self.asked, 'clients_answered': self.answered, 'client_failures': len(self.failures)})
             bar.set_postfix({k: f"{m[k]:.1f}" for k in ('gm_acc', 'pm_acc') if m.get(k) is not None})
@@ -466,7 +502,8 @@ def start(self: EngineStrategy, grid, initial_arrays=None, num_rounds=None, time
     t0 = time.perf_counter()
     self.finish(grid, arrays)
     finish_time = time.perf_counter() - t0
-    final = self.evaluate(grid, cfg.rounds, arrays, 'final evaluation')
+    again = algo.finish_rounds(cfg) or self.evaluated != (cfg.rounds, cfg.clients)   # no post-training stage: round R's evaluation (all clients) is final
+    final = self.evaluate(grid, cfg.rounds, arrays, 'final evaluation') if again else full
     summary = {**make_summary(cfg, self.fed, algo, final, history, train_time, finish_time), 'backend': 'flower',
                'client_failures': self.failures}
     if own is not None: summary.update(self.own_budget(grid, arrays, *own))
@@ -520,6 +557,8 @@ def _quiet_flower():
     os.environ.setdefault('FLWR_TELEMETRY_ENABLED', '0')
     logging.getLogger('flwr').setLevel(logging.WARNING)
 
+RAY_INLINE = 8 << 20   # bytes: a task's argument or result up to this size travels inside the task, not through Ray's object store
+
 def _start_ray(workers: int, gpus: float, tries: int = 5):
     "Start Ray for the simulation, retrying (a busy machine can miss Ray's fixed 30 s raylet start-up wait); Flower then uses it and shuts it down."
     import ray
@@ -530,10 +569,44 @@ def _start_ray(workers: int, gpus: float, tries: int = 5):
     for _ in range(tries):
         try:
             ray.init(num_cpus=int(workers), num_gpus=gpus, include_dashboard=False, logging_level='error', log_to_driver=False,
-                     runtime_env={'env_vars': {'PYTHONPATH': path}})
+                     runtime_env={'env_vars': {'PYTHONPATH': path}},
+                     _system_config={'max_direct_call_object_size': RAY_INLINE, 'task_rpc_inlined_bytes_limit': 4 * RAY_INLINE})
             return
         except Exception as e: last = e; ray.shutdown()
     raise FlowerError(f"Ray did not start in {tries} tries ({last}): the machine is overloaded; try again later, or use --backend local")
+
+# %% ../nbs/16_flower.ipynb #a079f339
+def _dispatch_woken(wake: Wake, state, queue, nodes_mapping, f_stop, every: float = 0.1):
+    "Flower 1.41's `add_messages_to_queue` (each node's next stored message to the simulation's workers), done again when `wake.pushed` is set, else every `every` s."
+    while not f_stop.is_set():
+        for node_id in nodes_mapping:
+            for msg in state.get_message_ins(node_id=node_id, limit=1): queue.put(msg)
+        if wake.pushed.wait(every): wake.pushed.clear()
+
+# %% ../nbs/16_flower.ipynb #9bf7f6f0
+def _store_woken(wake: Wake, state, queue, f_stop):
+    "Flower 1.41's `put_message_into_state` (the workers' replies into the link state), setting `wake.replied` after each."
+    from queue import Empty
+    while not f_stop.is_set():
+        try: msg = queue.get(timeout=1.0)
+        except Empty: continue
+        state.store_message_res(msg); wake.replied.set()
+
+# %% ../nbs/16_flower.ipynb #ff4bfc2e
+@contextlib.contextmanager
+def woken_simulation(wake: Wake):
+    "Within the block, Flower 1.41's simulation threads are `_dispatch_woken` / `_store_woken` on `wake` (yields True); another Flower is left alone (False)."
+    from flwr.server.superlink.fleet.vce import vce_api as v
+    new = {'add_messages_to_queue': (_dispatch_woken, ['state', 'queue', 'nodes_mapping', 'f_stop']),
+           'put_message_into_state': (_store_woken, ['state', 'queue', 'f_stop'])}
+    old = {n: getattr(v, n, None) for n in new}
+    ok = all(callable(old[n]) and list(inspect.signature(old[n]).parameters) == ps for n, (_, ps) in new.items())
+    if ok:
+        for n, (f, _) in new.items(): setattr(v, n, functools.partial(f, wake))
+    try: yield ok
+    finally:
+        if ok:
+            for n, f in old.items(): setattr(v, n, f)
 
 # %% ../nbs/16_flower.ipynb #8700bd9b
 def run_flower(cfg, fed=None, out=None, workers: int = 2, progress: bool = True, timeout: float | None = 600.0,
@@ -546,7 +619,8 @@ def run_flower(cfg, fed=None, out=None, workers: int = 2, progress: bool = True,
     for c in cfgs: check_device(c.device)
     strategies = [EngineStrategy(c, fed, o, progress, timeout, resume=resume, min_clients=min_clients,
                                  state_dir=None if o is None else Path(o).absolute()/'client_state') for c, o in zip(cfgs, outs)]
-    for s in strategies: s.poll = 0.1                                 # the simulation's grid is in memory: a pull costs next to nothing
+    wake = Wake()
+    for s in strategies: s.poll, s.wake, s.ahead = 0.1, wake, True   # in memory: a stored reply wakes the ServerApp (`poll`: a safety net)
     cfg = cfgs[0]
     _quiet_flower()
     from flwr.serverapp import ServerApp
@@ -562,7 +636,8 @@ def run_flower(cfg, fed=None, out=None, workers: int = 2, progress: bool = True,
                'init_args': {'num_cpus': int(workers), 'num_gpus': 1 if gpu else 0, 'include_dashboard': False, 'logging_level': 'error',
                              'log_to_driver': False}}
     _start_ray(workers, 1 if gpu else 0)
-    try: run_simulation(server_app=server_app, client_app=make_client_app(), num_supernodes=cfg.clients, backend_config=backend)
+    try:
+        with woken_simulation(wake): run_simulation(server_app=server_app, client_app=make_client_app(), num_supernodes=cfg.clients, backend_config=backend)
     except RuntimeError as e:
         if 'error' not in box: raise FlowerError(f"the Flower simulation crashed ({e}); see the log above") from e
     if 'error' in box: raise box['error']

@@ -69,25 +69,28 @@ def test_flower_app_folder_is_the_packaged_app():
 
 
 def test_simulation_killed_then_resumed_exactly(tmp_path):
-    "SIGKILL a Ray simulation (driver and Ray's processes) after a checkpoint; resume=True gives the local engine's numbers."
+    "SIGKILL a Ray simulation (driver and Ray's processes) in round 3, after its clients saved their states and before the server aggregates (the last checkpoint: round 2); resume=True gives the local engine's numbers."
     from fedloge_nb.flower import run_flower
     out, tag, cfg = tmp_path / 's', uuid.uuid4().hex, _cfg(rounds=4, ckpt_every=2)
-    code = (f"import json; from fedloge_nb.flower import run_flower; from fedloge_nb.federated import FedConfig; "
-            f"run_flower(FedConfig(**json.loads({json.dumps(cfg.__dict__)!r})), out={str(out)!r}, workers=1, progress=False)")
+    code = ("import json, os, signal; from fedloge_nb import flower as f; from fedloge_nb.federated import FedConfig\n"
+            "agg = f.EngineStrategy.aggregate_train\n"
+            "def die(self, rnd, replies):\n"            # the job kills its own process group at a chosen point: a run this fast
+            "    if rnd == 3: os.killpg(0, signal.SIGKILL)\n"   # leaves no time to aim from outside
+            "    return agg(self, rnd, replies)\n"
+            "f.EngineStrategy.aggregate_train = die\n"
+            f"f.run_flower(FedConfig(**json.loads({json.dumps(cfg.__dict__)!r})), out={str(out)!r}, workers=1, progress=False)")
     env = {**os.environ, 'OMP_NUM_THREADS': '1', 'FEDLOGE_TEST_TAG': tag}
-    p = subprocess.Popen([sys.executable, '-c', code], cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    t0 = time.monotonic()
-    try:
-        while not (out / 'checkpoint.pt').exists():
-            assert p.poll() is None and time.monotonic() - t0 < 600, p.stderr.read().decode()[-2000:] if p.poll() is not None else 'slow'
-            time.sleep(0.2)
-    finally:
-        os.killpg(p.pid, signal.SIGKILL); p.wait()
-        for d in Path('/proc').iterdir():                                # Ray's processes that left the group: ours carry the tag
-            try:
-                if d.name.isdigit() and f'FEDLOGE_TEST_TAG={tag}'.encode() in (d / 'environ').read_bytes(): os.kill(int(d.name), signal.SIGKILL)
-            except OSError: pass
-    assert load_checkpoint(out / 'checkpoint.pt')['round'] in (2, 4) and not (out / 'summary.json').exists()
+    with open(tmp_path / 'stderr.txt', 'w') as err:            # a file, not a pipe: Ray's processes may hold it open after the kill
+        p = subprocess.Popen([sys.executable, '-c', code], cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=err)
+        try: p.wait(timeout=600)
+        finally:
+            if p.poll() is None: os.killpg(p.pid, signal.SIGKILL); p.wait()
+            for d in Path('/proc').iterdir():                            # Ray's processes that left the group: ours carry the tag
+                try:
+                    if d.name.isdigit() and f'FEDLOGE_TEST_TAG={tag}'.encode() in (d / 'environ').read_bytes(): os.kill(int(d.name), signal.SIGKILL)
+                except OSError: pass
+    assert p.returncode == -signal.SIGKILL, (tmp_path / 'stderr.txt').read_text()[-2000:]
+    assert load_checkpoint(out / 'checkpoint.pt')['round'] == 2 and not (out / 'summary.json').exists()
     fl = run_flower(cfg, out=out, workers=1, progress=False, resume=True)
     loc = run_fl(cfg, progress=False)
     keys = [k for k in loc.summary if k.startswith(('gm_', 'pm_', 'phi_', 'psi_', 'client_acc'))]

@@ -13,7 +13,7 @@ from fastcore.script import call_parse, bool_arg, store_true
 from .federated import FedConfig, run_fl, get_method, save_json, save_csv, atomic_write, load_checkpoint, last_k_means, check_device, make_algorithm, hp_key
 from .guards import take_lock, release_lock
 from .commands import register_command, hp_for, check_names
-from .aggregate import (METRICS, is_metric, runs_frame, save_fig, rounds_to_reach, aggregate, summary_markdown, plot_bars,
+from .aggregate import (METRICS, run_label, is_metric, runs_frame, save_fig, rounds_to_reach, aggregate, summary_markdown, plot_bars,
                                   plot_sensitivity, plot_curves, read_rows, read_history, selected_markdown)
 
 # %% auto #0
@@ -186,7 +186,7 @@ def _cell(spec: SweepSpec, seed: int, setting: dict, ov: dict, m: str) -> Cell:
     group = _safe('_'.join(parts + [m] + ([variant] if variant else [])))
     return Cell(f"{group}_s{seed}", group, _safe('_'.join(parts)), _safe(variant), cfg)
 
-def _label(c: Cell) -> str: return c.cfg.method + (f" {c.variant}" if c.variant else '')
+def _label(c: Cell) -> str: return run_label({'method': c.cfg.method, 'variant': c.variant})   # the tables' 'method[ variant]'
 
 # %% ../nbs/15_sweep.ipynb #bbcf15ba
 def expand(spec: SweepSpec) -> list:

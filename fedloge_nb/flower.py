@@ -851,6 +851,13 @@ def serve_clientapps(address: str, parent_pid: int | None = None, wake_fd: int |
     from flwr.supercore.constant import TaskType
     _quiet_flower()
     client = None
+    def gone():                                                       # the SuperNode's process has ended (signal 0 only looks)
+        if not parent_pid: return False
+        try: os.kill(parent_pid, 0)
+        except ProcessLookupError: return True
+        except PermissionError: pass                                  # alive, another user's
+        return False
+    if gone(): return                                                 # the SuperNode is gone already: nothing to serve
     try:
         if parent_pid: start_parent_process_monitor(parent_pid)      # SIGINT here when the SuperNode is gone
         client, app = _runtime_client(address), make_client_app()
@@ -858,14 +865,19 @@ def serve_clientapps(address: str, parent_pid: int | None = None, wake_fd: int |
             try: client_setup(json.dumps(dataclasses.asdict(FedConfig(**json.loads(Path(warm).read_text())).validate())))
             except Exception: pass                                    # the first message builds it again and reports the error
         req = AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP])
-        while True:
-            res = client.AcquireTask(req)
+        while not gone():
+            try: res = client.AcquireTask(req)
+            except Exception:
+                if gone(): break                                      # the Runtime API went with its SuperNode
+                raise
             if res.HasField('task') and res.token: run_task(address, res.token, app); continue
             if wake_fd is None: time.sleep(poll); continue            # no wake-up pipe: look every `poll` s
             if select.select([wake_fd], [], [], idle)[0] and not os.read(wake_fd, 4096): break   # pipe closed: the SuperNode is gone
     except KeyboardInterrupt: pass
     finally:
-        if client is not None: client.close()
+        try:
+            if client is not None: client.close()
+        except KeyboardInterrupt: pass                                # the monitor's SIGINT may land here too
 
 # %% ../nbs/16_flower.ipynb #31c37eb4
 NODE_MAIN = r'''# a SuperNode of fedloge_nb's deployment: python -c NODE_MAIN RUNTIME_ADDRESS POLL HEARTBEAT WARM [flower-supernode flags]

@@ -9,7 +9,7 @@ from fastcore.script import call_parse, anno_parser, bool_arg
 from .federated import run_fl, get_method, DivergenceError, check_run, check_folder, check_out, run_lock, clear_run, check_history
 from .commands import (COMMANDS, COMMAND_MODULES, register_command, load_commands, parse_hp, parse_list, hp_for,
                                  config_flags, command_config, check_names)
-from .sweep import compare_spec, expand, cell_state, run_grid
+from .sweep import compare_spec, expand, cell_state, run_grid, column_words
 from .aggregate import summary_markdown
 
 
@@ -77,7 +77,7 @@ def compare(methods: str = 'fedavg,fedloge',   # comma-separated methods
             c.cfg.device = base.device; fed0 = check_run(c.cfg, fed0)
     summary = run_grid(spec, cells, out, device=base.device, progress=progress, run_progress=progress, retry_failed=retry_failed, workers=workers)
     table = summary_markdown(summary, spec.report['metrics'])
-    print(spec.description); print(table)
+    print(spec.description); print(column_words(spec.report['metrics'])); print(table)
     failed = [r['group'] for r in summary if r['n_failed']]
     if failed: raise ValueError(f"{sum(r['n_failed'] for r in summary)} run(s) failed ({', '.join(failed)}): the error is in "
                                 f"{out}/<cell>/error.txt; fix it and rerun with --retry_failed true")

@@ -17,10 +17,11 @@ from .aggregate import (METRICS, run_label, is_metric, runs_frame, save_fig, rou
                                   plot_sensitivity, plot_curves, read_rows, read_history, selected_markdown)
 
 # %% auto #0
-__all__ = ['FIELDS', 'GRID_ALIASES', 'TOP_KEYS', 'REPORT_DEFAULTS', 'SHORT', 'HP_RENAMED', 'COMPARE_METRICS', 'SweepSpec',
-           'parse_spec', 'load_spec', 'Cell', 'expand', 'current_names', 'same_config', 'stale_hp', 'cell_state',
-           'run_cell', 'cell_row', 'load_histories', 'write_plots', 'write_reports', 'claim_cell', 'run_cells',
-           'run_parallel', 'run_grid', 'sweep', 'setting_line', 'compare_spec']
+__all__ = ['FIELDS', 'GRID_ALIASES', 'TOP_KEYS', 'REPORT_DEFAULTS', 'SHORT', 'HP_RENAMED', 'COMPARE_METRICS', 'SHOT_WORDS',
+           'COLUMN_WORDS', 'SweepSpec', 'parse_spec', 'load_spec', 'Cell', 'expand', 'current_names', 'same_config',
+           'stale_hp', 'cell_state', 'run_cell', 'cell_row', 'load_histories', 'write_plots', 'write_reports',
+           'claim_cell', 'run_cells', 'run_parallel', 'run_grid', 'sweep', 'setting_line', 'compare_spec',
+           'column_words']
 
 # %% ../nbs/15_sweep.ipynb #5956da09
 FIELDS = [f.name for f in dataclasses.fields(FedConfig)]
@@ -497,6 +498,8 @@ def sweep(config: str,                       # sweep file (.toml), see experimen
 
 # %% ../nbs/15_sweep.ipynb #0e48014a
 COMPARE_METRICS = ['gm_acc', 'gm_many', 'gm_med', 'gm_few', 'pm_acc', 'pm_acc_weighted']
+SHOT_WORDS = {'fedloge': "many / medium / few-shot classes: the most frequent classes holding the first 75% of the training images, the next 20%, the last 5% (FedLoGe's rule)",
+              'count': "many / medium / few-shot classes: more than 100, 20 to 100, fewer than 20 training images"}
 
 def setting_line(b: FedConfig, seeds) -> str:
     "The fixed setting of a compare grid in words (the first line of its summary.md)."
@@ -504,7 +507,7 @@ def setting_line(b: FedConfig, seeds) -> str:
              f"{b.classes_per_client} classes per client" if b.partition == 'shard' else b.partition)
     return (f"{b.dataset}-LT IF={b.imb_factor:g}, {split}, {b.clients} clients, frac={b.frac:g}, {b.rounds} rounds x "
             f"{b.local_epochs} local epoch(s), batch {b.batch_size}, lr {b.lr:g}, model {b.model}, seeds {list(seeds)}; "
-            f"GM many/med/few: {b.shot_rule} rule")
+            f"{SHOT_WORDS.get(b.shot_rule, b.shot_rule + ' rule')}")
 
 def compare_spec(base: FedConfig, methods, seeds, hp: dict | None = None, name: str = 'compare') -> SweepSpec:
     "The `SweepSpec` of a `compare` call: every field of `base` fixed, methods x seeds as the grid, `hp` routed per method."
@@ -512,3 +515,14 @@ def compare_spec(base: FedConfig, methods, seeds, hp: dict | None = None, name: 
     hps = {m: h for m in methods if (h := hp_for(m, hp or {}, strict=False))}
     return parse_spec(dict(name=name, description=setting_line(base, seeds), base=fixed, grid=dict(method=list(methods), seed=list(seeds)),
                            hp=hps, report=dict(metrics=COMPARE_METRICS, bars=[])), name)
+
+# %% ../nbs/15_sweep.ipynb #e472d17d
+COLUMN_WORDS = {'gm_acc': "GM: the generic (global) model's accuracy on the balanced global test set, over all classes",
+                'gm_many': "GM on the many-shot classes only", 'gm_med': "GM on the medium-shot classes only", 'gm_few': "GM on the few-shot classes only",
+                'pm_acc': "PM: each client's personalised model on its own test set (same class mix as its training data), mean over clients",
+                'pm_acc_weighted': "PM, the mean weighted by each client's test-set size"}
+
+def column_words(metrics) -> str:
+    "What each column of a `compare` table measures, one line per column (accuracies in %, mean ± std over seeds)."
+    return '\n'.join(f"  {m}: {COLUMN_WORDS.get(m, m)}" for m in metrics) + '\n  (accuracies in %; mean ± std over seeds where there are several)'
+

@@ -58,7 +58,7 @@ def compare(methods: str = 'fedavg,fedloge',   # comma-separated methods
             out: str = 'runs/compare',        # output folder
             progress: bool_arg = True,        # show progress bars
             retry_failed: bool_arg = False,   # run again the runs that failed with this same config
-            workers: int = 1,                 # runs side by side in this many processes (one torch thread each; same numbers)
+            workers: int = 1,                 # runs side by side in this many processes (one torch thread each; the numbers of 1 under OMP_NUM_THREADS=1)
             **config) -> str:                 # every other flag: a `FedConfig` field (`config_flags`)
     "Run methods x seeds on the same federated data as a grid of the sweep runner (resumable); print and save the mean ± std table."
     base = command_config(compare, config)

@@ -931,6 +931,8 @@ class Deployment:
         import fedloge_nb
         bin_, root = Path(sys.executable).parent, str(Path(fedloge_nb.__file__).resolve().parent.parent)
         self.bin = bin_
+        for k in ('NO_PROXY', 'no_proxy'):                              # every link is on loopback: never through an HTTP(S) proxy
+            os.environ[k] = ','.join(dict.fromkeys(['127.0.0.1', 'localhost', '::1'] + [x for x in os.environ.get(k, '').split(',') if x]))
         self.env = {**os.environ, 'PATH': f"{bin_}{os.pathsep}{os.environ.get('PATH', '')}", 'FLWR_HOME': str(self.home), 'FLWR_TELEMETRY_ENABLED': '0',
                     'FLWR_SUPEREXEC_TASK_POLL_INTERVAL': '0.5',     # the SuperLink's SuperExec starts the ServerApp within 0.5 s (default 1 s)
                     'PYTHONPATH': os.pathsep.join([root] + [x for x in os.environ.get('PYTHONPATH', '').split(os.pathsep) if x])}

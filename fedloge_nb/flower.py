@@ -570,7 +570,8 @@ def _start_ray(workers: int, gpus: float, tries: int = 5):
         try:
             ray.init(num_cpus=int(workers), num_gpus=gpus, include_dashboard=False, logging_level='error', log_to_driver=False,
                      runtime_env={'env_vars': {'PYTHONPATH': path}},
-                     _system_config={'max_direct_call_object_size': RAY_INLINE, 'task_rpc_inlined_bytes_limit': 4 * RAY_INLINE})
+                     _system_config={'max_direct_call_object_size': RAY_INLINE, 'task_rpc_inlined_bytes_limit': 4 * RAY_INLINE,
+                                     'worker_niceness': 0})   # the actors do the job's work: the driver's priority, not Ray's nice 15
             return
         except Exception as e: last = e; ray.shutdown()
     raise FlowerError(f"Ray did not start in {tries} tries ({last}): the machine is overloaded; try again later, or use --backend local")

@@ -12,8 +12,8 @@ from .report import sweep_path, cell_summaries, command, not_run, ms
 
 # %% auto #0
 __all__ = ['BUDGETS', 'BASELINES', 'NAMES', 'VERDICT_COLORS', 'budget_data', 'interval_verdict', 'beats_all', 'fedrod_ce_claim',
-           'budget_report', 'detectable_diff', 'rule_verdict', 'forest_table', 'plot_forest', 'forest_markdown',
-           'budget_forest', 'fedloge_defaults', 'fedloge_diagnostics', 'plot_psi_norms']
+           'budget_report', 'detectable_diff', 'rule_verdict', 'forest_table', 'more_seeds_needed', 'plot_forest',
+           'forest_markdown', 'budget_forest', 'fedloge_defaults', 'fedloge_diagnostics', 'plot_psi_norms']
 
 # %% ../nbs/15b_budget.ipynb #db11bf42
 BUDGETS = [('cpu_budget', 'CPU scale: 100 rounds x 1 epoch, batch 64, lr 0.05'),
@@ -127,6 +127,14 @@ def forest_table(rows: list, ref: str = 'fedloge', baselines=BASELINES, stages=(
                             n=d['n'], mean=d['mean'], lo=d['lo'], hi=d['hi'], std=d['std'], verdict=rule_verdict(d),
                             detectable=detectable_diff(d['n'], d['std']), stage=stage, seeds=d['seeds'], diffs=d['diffs']))
     return pd.DataFrame(out)
+
+# %% ../nbs/15b_budget.ipynb #3efb74f9
+def more_seeds_needed(tab: pd.DataFrame, stages=(5, 10)) -> list:
+    "The groups ('method[ variant]') the stopping rule runs at the next stage's seeds: both sides of each comparison still provisional after n = stages[0]."
+    if not len(tab): return []
+    need = tab[tab['stage'].str.startswith('provisional') & (tab['n'] >= stages[0])]
+    return sorted(set(need['a']) | set(need['b']))
+
 
 # %% ../nbs/15b_budget.ipynb #7276ce63
 VERDICT_COLORS = {'better': '#1a9850', 'worse': '#d73027'}

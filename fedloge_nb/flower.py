@@ -14,7 +14,7 @@ from fastcore.basics import patch
 from .federated import (FedConfig, ClientResult, make_algorithm, start_run, sample_clients, derive_seed, check_finite,
                         check_device, evaluate_global, client_scores, personal_scores, val_view, make_summary, get_method,
                         matched_hp, hp_key, seed_everything, save_json, save_csv, scalar_metrics, DivergenceError)
-from .guards import save_checkpoint, load_checkpoint
+from .guards import save_checkpoint, load_checkpoint, pid_alive
 
 def to_record(state: dict):
     "A dict of tensors as a Flower `ArrayRecord` (keys and order kept; empty dict: empty record)."
@@ -852,12 +852,7 @@ def serve_clientapps(address: str, parent_pid: int | None = None, wake_fd: int |
     from flwr.supercore.constant import TaskType
     _quiet_flower()
     client = None
-    def gone():                                                       # the SuperNode's process has ended (signal 0 only looks)
-        if not parent_pid: return False
-        try: os.kill(parent_pid, 0)
-        except ProcessLookupError: return True
-        except PermissionError: pass                                  # alive, another user's
-        return False
+    gone = lambda: bool(parent_pid) and not pid_alive(parent_pid)    # the SuperNode's process has ended
     if gone(): return                                                 # the SuperNode is gone already: nothing to serve
     try:
         if parent_pid: start_parent_process_monitor(parent_pid)      # SIGINT here when the SuperNode is gone

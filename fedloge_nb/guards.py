@@ -12,8 +12,8 @@ from .datasets import atomic_write  # the one atomic file write (cache, results,
 
 # %% auto #0
 __all__ = ['RUN_FILES', 'DiskFullError', 'disk_guard', 'save_json', 'save_csv', 'save_png', 'save_checkpoint', 'load_checkpoint',
-           'DivergenceError', 'nonfinite', 'check_finite', 'auto_device', 'check_device', 'lock_holder', 'check_folder',
-           'check_out', 'clear_run', 'take_lock', 'release_lock', 'run_lock', 'check_history']
+           'DivergenceError', 'nonfinite', 'check_finite', 'auto_device', 'check_device', 'pid_alive', 'lock_holder',
+           'check_folder', 'check_out', 'clear_run', 'take_lock', 'release_lock', 'run_lock', 'check_history']
 
 # %% ../nbs/03a_guards.ipynb #87bc0200
 class DiskFullError(ValueError):
@@ -117,7 +117,7 @@ def check_device(device: str | None) -> str:
     return d
 
 # %% ../nbs/03a_guards.ipynb #e1030fe1
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     "Is process `pid` alive (a process of another user counts as alive)?"
     try: os.kill(pid, 0); return True
     except ProcessLookupError: return False
@@ -131,7 +131,7 @@ def _lock_pid(path) -> int | None:
 def lock_holder(path) -> int | None:
     "Pid of the live process, other than this one, holding lock file `path` (None: free, stale or ours)."
     pid = _lock_pid(path)
-    return pid if pid and pid != os.getpid() and _alive(pid) else None
+    return pid if pid and pid != os.getpid() and pid_alive(pid) else None
 
 # %% ../nbs/03a_guards.ipynb #908a3e29
 def check_folder(out) -> Path:
@@ -185,7 +185,7 @@ def take_lock(p) -> Path | None:
             except FileExistsError:
                 pid = _lock_pid(p)
                 if pid == os.getpid(): return p             # ours already: re-entrant
-                if pid and _alive(pid): return None
+                if pid and pid_alive(pid): return None
                 p.unlink(missing_ok=True)                   # stale: its process is gone
         return None
     finally: tmp.unlink(missing_ok=True)

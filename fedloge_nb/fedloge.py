@@ -4,7 +4,8 @@
 
 # %% ../nbs/05_fedloge.ipynb #faa9f0b3
 from __future__ import annotations
-import copy
+import copy, hashlib, inspect, io, json, os, platform
+from pathlib import Path
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -13,11 +14,12 @@ from .federated import Algorithm, ClientResult, register, shared, derive_seed, f
 from .models import make_backbone, make_head
 from .sse_c import sse_c, FixedClassifier, INIT_KINDS, dense_init, sparse_init
 from .etf import simplex_etf
+from .datasets import data_root, atomic_write
 from .realign import ga_fr, la_fr, la_fr_dist, mask_logits, finetune_head, personal_logits
 from .norms import norm_count_correlation
 
 # %% auto #0
-__all__ = ['FedLoGeNet', 'dot_regression_loss', 'Projected', 'fixed_init', 'FedLoGe']
+__all__ = ['FedLoGeNet', 'dot_regression_loss', 'Projected', 'fixed_init', 'FedLoGe', 'sse_c_cache_dir', 'cached_sse_c']
 
 # %% ../nbs/05_fedloge.ipynb #72dc0fdf
 class FedLoGeNet(nn.Module):
@@ -89,12 +91,42 @@ class FedLoGe(Algorithm):
     def init_client_state(self, k, data):
         return {'phi': make_head(self.net.theta.feature_dim, len(data.counts), bias=False).weight.detach().to(self.device)}
 
+# %% ../nbs/05_fedloge.ipynb #bf84636f
+def sse_c_cache_dir() -> Path | None:
+    "Folder of cached SSE-C solutions: $FEDLOGE_NB_SSE_C_CACHE ('off': no cache), else data_root()/sse_c."
+    env = os.environ.get('FEDLOGE_NB_SSE_C_CACHE', '')
+    if env.lower() in ('off', '0', 'false', 'no'): return None
+    return Path(env).expanduser() if env else data_root()/'sse_c'
+
+def _sse_c_key(**args) -> str:
+    "What the solution depends on: the arguments, torch's version, the CPU architecture and the solver's source."
+    import fedloge_nb.sse_c as S, fedloge_nb.etf as E
+    src = ''.join(inspect.getsource(f) for f in (S.optimize_sse_c, S._grad_rows, S.sparse_mask, S.sse_c, S.dense_init, E.simplex_etf))
+    return json.dumps(dict(args, torch=torch.__version__, machine=platform.machine(),
+                           source=hashlib.sha1(src.encode()).hexdigest()), sort_keys=True)
+
+def cached_sse_c(d: int, C: int, beta: float = 0.6, gamma: float = 1.0, steps: int = 10_000, lr: float = 1e-4, seed: int = 0) -> torch.Tensor:
+    "`sse_c(d, C, ...)[0]` (ETF start, float32, CPU), read from the cache when this exact solve was stored before, else solved and stored."
+    folder = sse_c_cache_dir()
+    if folder is None: return sse_c(d, C, beta=beta, gamma=gamma, steps=steps, lr=lr, seed=seed)[0]
+    key = _sse_c_key(d=int(d), C=int(C), beta=float(beta), gamma=float(gamma), steps=int(steps), lr=float(lr), seed=int(seed))
+    path = folder/f'sse_c-{hashlib.sha1(key.encode()).hexdigest()[:20]}.pt'
+    try:
+        e = torch.load(path, map_location='cpu', weights_only=True)
+        if e['key'] == key and e['W'].shape == (d, C): return e['W']
+    except Exception: pass                                              # missing, unreadable or another solve: solve again
+    W = sse_c(d, C, beta=beta, gamma=gamma, steps=steps, lr=lr, seed=seed)[0]
+    buf = io.BytesIO(); torch.save({'key': key, 'W': W}, buf)
+    try: atomic_write(path, buf.getvalue())
+    except OSError: pass                                                # a read-only or full disk: the run goes on uncached
+    return W
+
 # %% ../nbs/05_fedloge.ipynb #cc70336c
 @patch
 def fixed_classifier(self: FedLoGe, d: int, C: int, seed: int) -> torch.Tensor:
     "The frozen d x C classifier: SSE-C (Eq. 5), the dense simplex ETF (Eq. 2), or another initialisation, optionally sparsified (Table 9)."
     kind, g = self.hp['classifier'], self.hp['gamma']
-    if kind == 'sse_c': return sse_c(d, C, beta=self.hp['beta'], gamma=g, steps=self.hp['sse_steps'], lr=self.hp['sse_lr'], seed=seed)[0]
+    if kind == 'sse_c': return cached_sse_c(d, C, beta=self.hp['beta'], gamma=g, steps=self.hp['sse_steps'], lr=self.hp['sse_lr'], seed=seed)
     if kind == 'etf' and not self.hp['sparse']: return simplex_etf(d, C, seed=seed) * g
     return fixed_init(d, C, kind, g, self.hp['beta'] if self.hp['sparse'] else 0.0, seed)
 

@@ -12,8 +12,8 @@ from .budget import rule_verdict, detectable_diff, plot_forest, forest_markdown
 from .report import sweep_path, not_run, paper_frame, to_percent
 
 # %% auto #0
-__all__ = ['AGREE', 'ABLATIONS', 'FIXED', 'Check', 'check_diff', 'agreement', 'checks_table', 'ours_table', 'best_label',
-           'Ablation', 'ablation_report', 'show_ablation']
+__all__ = ['AGREE', 'ABLATIONS', 'FIXED', 'FT_EPOCHS', 'Check', 'check_diff', 'agreement', 'checks_table', 'ours_table',
+           'best_label', 'Ablation', 'plot_ft_curve', 'ablation_report', 'show_ablation']
 
 # %% ../nbs/15c_ablations.ipynb #ab903628
 @dataclass
@@ -90,6 +90,7 @@ class Ablation:
     checks: object                # list of Check, or (rows) -> list of Check (e.g. a variant chosen on validation)
     settings: dict | None = None  # {setting: name} when the sweep has several settings
     note: str = ''
+    plot: object = None           # (rows) -> matplotlib figure of the table's own figure (e.g. a curve), or None
 
 ABLATIONS: dict = {}
 
@@ -129,6 +130,37 @@ ABLATIONS['fedloge_table7'] = Ablation(
     {'fedloge': 'FedLoGe'},
     {**{f'{k}_la_fr_dist': f'{v}, distribution' for k, v in _PM.items()}, **{f'{k}_la_fr_noft': f'{v}, norm' for k, v in _PM.items()}},
     [Check(f'norm beats distribution, {v}', 'fedloge', None, f'{k}_la_fr_noft', f'{k}_la_fr_dist') for k, v in _PM.items()])
+
+# %% ../nbs/15c_ablations.ipynb #19694823
+FT_EPOCHS = (0, 1, 2, 3, 5, 10, 15, 20)
+
+def plot_ft_curve(rows, label: str = 'fedloge', epochs=FT_EPOCHS, ax=None):
+    "Fig. 5: PM after e epochs of local finetuning (`pm_acc_la_fr_ft{e}`) per seed, their mean and 95% t-interval band, on an axis near the data."
+    import matplotlib.pyplot as plt
+    from scipy.stats import t as student_t
+    tab = pd.concat({e: seed_table(rows, f'pm_acc_la_fr_ft{e}', ('label',)).get(label, pd.Series(dtype=float)) for e in epochs}, axis=1).dropna()
+    if ax is None: _, ax = plt.subplots(figsize=(6.4, 3.4))
+    x = np.array(epochs, dtype=float)
+    for s, v in tab.iterrows(): ax.plot(x, v.to_numpy(), color='0.7', lw=1, marker='.', label='one seed' if s == tab.index[0] else None)
+    m = tab.mean().to_numpy()
+    if len(tab) > 1:
+        h = student_t.ppf(0.975, len(tab) - 1) * tab.std(ddof=1).to_numpy() / np.sqrt(len(tab))
+        ax.fill_between(x, m - h, m + h, color='C0', alpha=.2, lw=0, label='95% t-interval of the mean')
+    ax.plot(x, m, color='C0', marker='o', label=f'mean of {len(tab)} seeds')
+    ax.set_xticks(x); ax.set_xlabel("epochs of local finetuning of phi'_k after LA-FR (theta frozen)")
+    ax.set_ylabel('PM (%)'); ax.grid(alpha=.3); ax.legend(frameon=False, fontsize=9)
+    ax.set_title('FedLoGe Fig. 5: PM against local finetuning epochs', fontsize=10, loc='left')
+    return ax.figure
+
+ABLATIONS['fedloge_fig5'] = Ablation(
+    'FedLoGe Fig. 5: PM over local finetuning epochs after GLA-FR', 'fedloge_table7_fig5',
+    lambda: paper_frame([('CIFAR-100-LT, IF 100, alpha 0.5 (read off the figure)', 'rises', 'about 15')],
+                        ['PM with more epochs', 'stable from (epochs)'], 'setting'),
+    {'fedloge': 'FedLoGe'}, {f'pm_acc_la_fr_ft{e}': f'{e} ep.' for e in FT_EPOCHS},
+    [Check('finetuning helps: 5 epochs (stage 3) vs none', 'fedloge', None, 'pm_acc_la_fr_ft5', 'pm_acc_la_fr_ft0'),
+     Check('finetuning helps: 15 epochs vs none', 'fedloge', None, 'pm_acc_la_fr_ft15', 'pm_acc_la_fr_ft0'),
+     Check('stable after 15 epochs: 20 vs 15', 'fedloge', None, 'pm_acc_la_fr_ft20', 'pm_acc_la_fr_ft15', paper='same')],
+    plot=plot_ft_curve)
 
 # %% ../nbs/15c_ablations.ipynb #5ed2c484
 _SHARDS = ['C10-100-2', 'C10-100-5', 'C100-100-20']
@@ -222,3 +254,4 @@ def show_ablation(name: str, sweeps=None):
     display(Markdown(forest_markdown(t) + '\n\n' + '; '.join(f"{m}: **{a}**" for m, a in zip(t['metric'], t['agreement']))))
     if t['n'].max() > 0:
         plot_forest(t, title=ab.title, xlabel='a minus b, per seed (accuracy points, %)'); plt.show()
+    if ab.plot is not None and r['done']: ab.plot(read_rows(sweep_path(ab.exp, 'results', sweeps))); plt.show()

@@ -7,13 +7,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
-from .aggregate import runs_frame, seed_table, paired_diff, fmt_mean_std, select_best, run_label, read_rows
+from pathlib import Path
+from .aggregate import runs_frame, seed_table, paired_diff, fmt_mean_std, select_best, run_label, read_rows, read_history, plot_curves
 from .budget import rule_verdict, detectable_diff, plot_forest, forest_markdown
 from .report import sweep_path, not_run, paper_frame, to_percent
 
 # %% auto #0
 __all__ = ['AGREE', 'ABLATIONS', 'FIXED', 'FT_EPOCHS', 'Check', 'check_diff', 'agreement', 'checks_table', 'ours_table',
-           'best_label', 'Ablation', 'plot_ft_curve', 'ablation_report', 'show_ablation']
+           'best_label', 'Ablation', 'plot_ft_curve', 'ablation_report', 'show_ablation', 'round_curves']
 
 # %% ../nbs/15c_ablations.ipynb #ab903628
 @dataclass
@@ -90,7 +91,7 @@ class Ablation:
     checks: object                # list of Check, or (rows) -> list of Check (e.g. a variant chosen on validation)
     settings: dict | None = None  # {setting: name} when the sweep has several settings
     note: str = ''
-    plot: object = None           # (rows) -> matplotlib figure of the table's own figure (e.g. a curve), or None
+    plot: object = None           # (results.csv path) -> the table's own figure(s) (e.g. a curve), or None
 
 ABLATIONS: dict = {}
 
@@ -184,7 +185,7 @@ ABLATIONS['gmv_table4'] = Ablation(
     [c for s, e in _E.items() for c in (Check(f'{e}: ETF helps', 'fedavg+etf', 'fedavg', 'gm_acc', setting=s),
                                          Check(f'{e}: GMV helps', 'fedavg+gmv', 'fedavg', 'gm_acc', setting=s),
                                          Check(f'{e}: GMV adds to ETF', 'fedavg+etf+gmv', 'fedavg+etf', 'gm_acc', setting=s))],
-    settings=_E)
+    settings=_E, plot=lambda p: round_curves(p, ['fedavg', 'fedavg+etf', 'fedavg+gmv', 'fedavg+etf+gmv'], _E, title='FedAvg+ETF+GMV Fig. 5'))
 
 # %% ../nbs/15c_ablations.ipynb #5fd26313
 _T5 = [('none', None, 69.6, 82.0, 49.8), ('0.5', 'fedavg_etf scale0.5', 68.6, 82.7, 48.4), ('1.0', 'fedavg_etf scale1', 71.4, 82.8, 48.7),
@@ -254,4 +255,16 @@ def show_ablation(name: str, sweeps=None):
     display(Markdown(forest_markdown(t) + '\n\n' + '; '.join(f"{m}: **{a}**" for m, a in zip(t['metric'], t['agreement']))))
     if t['n'].max() > 0:
         plot_forest(t, title=ab.title, xlabel='a minus b, per seed (accuracy points, %)'); plt.show()
-    if ab.plot is not None and r['done']: ab.plot(read_rows(sweep_path(ab.exp, 'results', sweeps))); plt.show()
+    if ab.plot is not None and r['done']: ab.plot(sweep_path(ab.exp, 'results', sweeps)); plt.show()
+
+# %% ../nbs/15c_ablations.ipynb #9f9bc05d
+def round_curves(results, labels: list, settings: dict, key: str = 'gm_acc', title: str = '') -> list:
+    "Accuracy against rounds (FedAvg+ETF+GMV Fig. 5): per setting a figure, per label the mean over finished seeds and a ± 1 std band, from the cells' histories beside `results` (a results.csv)."
+    p = Path(results); df = runs_frame(p)
+    df = df[df['status'] == 'ok']
+    figs = []
+    for s, name in settings.items():
+        d = df[df['setting'] == s]
+        hs = {l: [read_history(p.parent/str(c)/'history.csv') for c in d[d['label'] == l]['cell']] for l in labels if (d['label'] == l).any()}
+        if hs: figs.append(plot_curves(hs, keys=(key,), title=f'{title}: {name}' if title else name))
+    return figs

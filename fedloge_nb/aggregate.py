@@ -174,7 +174,7 @@ METHOD_FAMILIES = {'Reds': ('fedloge',), 'Blues': ('fedavg', 'fedprox', 'fedbn',
 def method_styles(labels) -> dict:
     "{label: dict(color, ls)}: a hue per method family (`METHOD_FAMILIES`; 'method variant' labels follow their method), shades and line styles within it."
     import matplotlib, re
-    fam = {l: next((f for f, ms in METHOD_FAMILIES.items() if l.split(' ')[0] in ms), 'Greys') for l in labels}
+    fam = {l: next((f for f, ms in METHOD_FAMILIES.items() if l.split(' ')[0].split('+')[0] in ms), 'Greys') for l in labels}   # 'fedavg+etf': FedAvg's
     hues = list(METHOD_FAMILIES)
     if len(set(fam.values())) == 1 and len(labels) > 4:          # one method's variants (a hyperparameter sweep): a hue per swept name
         sub = list(dict.fromkeys(re.match(r'[^\d.]*', l.partition(' ')[2]).group() for l in labels))

@@ -98,18 +98,19 @@ def sse_c_cache_dir() -> Path | None:
     if env.lower() in ('off', '0', 'false', 'no'): return None
     return Path(env).expanduser() if env else data_root()/'sse_c'
 
-def _sse_c_key(**args) -> str:
-    "What the solution depends on: the arguments, torch's version, the CPU architecture and the solver's source."
+def _sse_c_key(**args) -> str | None:
+    "What the solution depends on: the arguments, torch's version, the CPU architecture and the solver's source (None without the source)."
     import fedloge_nb.sse_c as S, fedloge_nb.etf as E
-    src = ''.join(inspect.getsource(f) for f in (S.optimize_sse_c, S._grad_rows, S.sparse_mask, S.sse_c, S.dense_init, E.simplex_etf))
+    try: src = ''.join(inspect.getsource(f) for f in (S.optimize_sse_c, S._grad_rows, S.sparse_mask, S.sse_c, S.dense_init, E.simplex_etf))
+    except (OSError, TypeError): return None                            # no source to tell an old solver from this one: no cache
     return json.dumps(dict(args, torch=torch.__version__, machine=platform.machine(),
                            source=hashlib.sha1(src.encode()).hexdigest()), sort_keys=True)
 
 def cached_sse_c(d: int, C: int, beta: float = 0.6, gamma: float = 1.0, steps: int = 10_000, lr: float = 1e-4, seed: int = 0) -> torch.Tensor:
     "`sse_c(d, C, ...)[0]` (ETF start, float32, CPU), read from the cache when this exact solve was stored before, else solved and stored."
     folder = sse_c_cache_dir()
-    if folder is None: return sse_c(d, C, beta=beta, gamma=gamma, steps=steps, lr=lr, seed=seed)[0]
-    key = _sse_c_key(d=int(d), C=int(C), beta=float(beta), gamma=float(gamma), steps=int(steps), lr=float(lr), seed=int(seed))
+    key = None if folder is None else _sse_c_key(d=int(d), C=int(C), beta=float(beta), gamma=float(gamma), steps=int(steps), lr=float(lr), seed=int(seed))
+    if key is None: return sse_c(d, C, beta=beta, gamma=gamma, steps=steps, lr=lr, seed=seed)[0]
     path = folder/f'sse_c-{hashlib.sha1(key.encode()).hexdigest()[:20]}.pt'
     try:
         e = torch.load(path, map_location='cpu', weights_only=True)

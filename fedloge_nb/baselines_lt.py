@@ -45,16 +45,14 @@ def client_update(self: FedRoD, gstate, cstate, data, cfg, seed):
     "Per batch: one step of the shared body and generic head on BSM (or CE), one step of the personal head on the detached features."
     net = self.local; net.load_state_dict(gstate, strict=False); net.train()
     pw, pb = cstate['p_weight'].clone().requires_grad_(True), cstate['p_bias'].clone().requires_grad_(True)
-    sgd = lambda ps: torch.optim.SGD(ps, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-    opt_g, opt_p = sgd(net.parameters()), sgd([pw, pb])
+    opt = torch.optim.SGD([{'params': list(net.parameters())}, {'params': [pw, pb]}], lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     counts = data.counts.to(pw.device)
     total, nb = 0.0, 0
     for xb, yb in data.batches(cfg.batch_size, seed, cfg.local_epochs):
         h = net.backbone(xb); z = net.head(h)
         lg = balanced_softmax_ce(z, yb, counts) if self.hp['generic_loss'] == 'bsm' else F.cross_entropy(z, yb)
-        opt_g.zero_grad(set_to_none=True); lg.backward(); opt_g.step()
         lp = F.cross_entropy(z.detach() + F.linear(h.detach(), pw, pb), yb)
-        opt_p.zero_grad(set_to_none=True); lp.backward(); opt_p.step()
+        opt.zero_grad(set_to_none=True); (lg + lp).backward(); opt.step()    # disjoint graphs: each group gets its own loss's gradient
         total += lg.item(); nb += 1
     return ClientResult(shared(net, self.is_shared), {'p_weight': pw.detach(), 'p_bias': pb.detach()}, len(data), total / max(nb, 1))
 

@@ -163,19 +163,16 @@ def load_extra_state(self: FedLoGe, state):
 def client_update(self: FedLoGe, gstate, cstate, data, cfg, seed):
     net = self.local; net.load_state_dict(gstate, strict=False); net.train()
     phi = cstate['phi'].clone().requires_grad_(True)
-    sgd = lambda ps: torch.optim.SGD(ps, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-    opt_theta, opt_psi, opt_phi = sgd(net.theta.parameters()), sgd(net.psi.parameters()), sgd([phi])
+    groups = [list(net.theta.parameters()), list(net.psi.parameters()), [phi]]            # steps (1), (2), (3)
+    opt = torch.optim.SGD([{'params': g} for g in groups], lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     total, nb = 0.0, 0
     for xb, yb in data.batches(cfg.batch_size, seed, cfg.local_epochs):
-        h = net.theta(xb)
+        h = net.theta(xb); hd = h.detach()
         loss = (dot_regression_loss(h, net.sse_c.weight, yb) if self.hp['dr_loss']   # (1) theta through the frozen SSE-C
                 else F.cross_entropy(net.sse_c(h), yb))
-        opt_theta.zero_grad(set_to_none=True); loss.backward(); opt_theta.step()
-        hd = h.detach()
         l_psi = F.cross_entropy(net.psi(hd), yb)                     # (2) psi on detached features
-        opt_psi.zero_grad(set_to_none=True); l_psi.backward(); opt_psi.step()
         l_phi = F.cross_entropy(hd @ phi.T, yb)                      # (3) phi_k on detached features
-        opt_phi.zero_grad(set_to_none=True); l_phi.backward(); opt_phi.step()
+        opt.zero_grad(set_to_none=True); (loss + l_psi + l_phi).backward(); opt.step()   # disjoint graphs: each its own gradient
         total += loss.item(); nb += 1
     return ClientResult(shared(net, self.is_shared), {**cstate, 'phi': phi.detach()}, len(data), total / max(nb, 1))
 

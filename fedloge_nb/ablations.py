@@ -90,7 +90,7 @@ class Ablation:
     metrics: dict
     checks: object                # list of Check, or (rows) -> list of Check (e.g. a variant chosen on validation)
     settings: dict | None = None  # {setting: name} when the sweep has several settings
-    note: str = ''
+    note: str = ''                # a sentence the reader needs beside our table (shown under it)
     plot: object = None           # (results.csv path) -> the table's own figure(s) (e.g. a curve), or None
 
 ABLATIONS: dict = {}
@@ -161,6 +161,8 @@ ABLATIONS['fedloge_fig5'] = Ablation(
     [Check('finetuning helps: 5 epochs (stage 3) vs none', 'fedloge', None, 'pm_acc_la_fr_ft5', 'pm_acc_la_fr_ft0'),
      Check('finetuning helps: 15 epochs vs none', 'fedloge', None, 'pm_acc_la_fr_ft15', 'pm_acc_la_fr_ft0'),
      Check('stable after 15 epochs: 20 vs 15', 'fedloge', None, 'pm_acc_la_fr_ft20', 'pm_acc_la_fr_ft15', paper='same')],
+    note="Finetuning runs once, after the last round, so every point of this curve is the final model's; Table 7's rows above "
+         "are means of the last three evaluations. That alone separates '0 ep.' here from Table 7's 'PM (avg), norm'.",
     plot=plot_ft_curve)
 
 # %% ../nbs/15c_ablations.ipynb #5ed2c484
@@ -251,6 +253,7 @@ def show_ablation(name: str, sweeps=None):
     if r is None: display(Markdown(not_run(ab.exp, sweeps))); return
     display(Markdown(f"Ours (`{ab.exp}`, {r['done']} of {r['cells']} cells finished; mean ± std over seeds, last-3 means):"))
     display(r['ours'])
+    if ab.note: display(Markdown(ab.note))
     t = r['checks']
     display(Markdown(forest_markdown(t) + '\n\n' + '; '.join(f"{m}: **{a}**" for m, a in zip(t['metric'], t['agreement']))))
     if t['n'].max() > 0:

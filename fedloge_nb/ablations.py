@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 from pathlib import Path
-from .aggregate import runs_frame, seed_table, paired_diff, fmt_mean_std, select_best, run_label, read_rows, read_history, plot_curves
+from .aggregate import runs_frame, seed_table, paired_diff, fmt_mean_std, select_best, run_label, read_rows, label_histories, plot_curves
 from .budget import rule_verdict, detectable_diff, plot_forest, forest_markdown
 from .report import sweep_path, not_run, paper_frame, to_percent
 
@@ -268,6 +268,6 @@ def round_curves(results, labels: list, settings: dict, key: str = 'gm_acc', tit
     figs = []
     for s, name in settings.items():
         d = df[df['setting'] == s]
-        hs = {l: [read_history(p.parent/str(c)/'history.csv') for c in d[d['label'] == l]['cell']] for l in labels if (d['label'] == l).any()}
+        hs = label_histories(d, p.parent, labels)
         if hs: figs.append(plot_curves(hs, keys=(key,), title=f'{title}: {name}' if title else name))
     return figs

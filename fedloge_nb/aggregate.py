@@ -14,7 +14,8 @@ from .guards import save_png
 __all__ = ['TEXT_COLS', 'TIME_COLS', 'DIAG_COLS', 'METRICS', 'METHOD_FAMILIES', 'num', 'mean_std', 'fmt_mean_std', 'fmt_values',
            'read_rows', 'read_history', 'run_label', 'runs_frame', 'rounds_to_reach', 'is_metric', 'aggregate',
            'summary_markdown', 'save_fig', 'metric_label', 'plot_bars', 'plot_sensitivity', 'method_styles',
-           'plot_curves', 'stable', 'seed_table', 'select_best', 'paired_diff', 'fmt_diff', 'selected_markdown']
+           'label_histories', 'plot_curves', 'stable', 'seed_table', 'select_best', 'paired_diff', 'fmt_diff',
+           'selected_markdown']
 
 # %% ../nbs/14b_aggregate.ipynb #a9e10001
 def num(v) -> float | None:
@@ -189,6 +190,11 @@ def method_styles(labels) -> dict:
     return out
 
 # %% ../nbs/14b_aggregate.ipynb #e5d00002
+def label_histories(df: pd.DataFrame, out, labels=None) -> dict:
+    "{label: [history of each of its cells in `df` (a `runs_frame`)]} from the cell folders under `out`; `labels`: which and in what order (default: all, as they come)."
+    labels = list(dict.fromkeys(df['label'])) if labels is None else labels
+    return {l: [read_history(Path(out)/str(c)/'history.csv') for c in df.loc[df['label'] == l, 'cell']] for l in labels if (df['label'] == l).any()}
+
 def plot_curves(histories: dict, path=None, keys=('gm_acc', 'pm_acc'), title: str = ''):
     "Accuracy vs round per method: mean over seeds (line) ± one std over seeds (band), one full-width panel per metric, colours by method family."
     import matplotlib.pyplot as plt

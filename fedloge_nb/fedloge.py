@@ -4,7 +4,7 @@
 
 # %% ../nbs/05_fedloge.ipynb #faa9f0b3
 from __future__ import annotations
-import copy, hashlib, inspect, io, json, os, platform
+import copy, hashlib, inspect, json, os, platform
 from pathlib import Path
 import torch
 import torch.nn as nn
@@ -14,7 +14,8 @@ from .federated import Algorithm, ClientResult, register, shared, derive_seed, f
 from .models import make_backbone, make_head
 from .sse_c import sse_c, FixedClassifier, INIT_KINDS, dense_init, sparse_init
 from .etf import simplex_etf
-from .datasets import data_root, atomic_write
+from .datasets import data_root
+from .guards import save_checkpoint, load_checkpoint, DiskFullError
 from .realign import ga_fr, la_fr, la_fr_dist, mask_logits, finetune_head, personal_logits
 from .norms import norm_count_correlation
 
@@ -113,13 +114,12 @@ def cached_sse_c(d: int, C: int, beta: float = 0.6, gamma: float = 1.0, steps: i
     if key is None: return sse_c(d, C, beta=beta, gamma=gamma, steps=steps, lr=lr, seed=seed)[0]
     path = folder/f'sse_c-{hashlib.sha1(key.encode()).hexdigest()[:20]}.pt'
     try:
-        e = torch.load(path, map_location='cpu', weights_only=True)
+        e = load_checkpoint(path)
         if e['key'] == key and e['W'].shape == (d, C): return e['W']
     except Exception: pass                                              # missing, unreadable or another solve: solve again
     W = sse_c(d, C, beta=beta, gamma=gamma, steps=steps, lr=lr, seed=seed)[0]
-    buf = io.BytesIO(); torch.save({'key': key, 'W': W}, buf)
-    try: atomic_write(path, buf.getvalue())
-    except OSError: pass                                                # a read-only or full disk: the run goes on uncached
+    try: save_checkpoint(path, {'key': key, 'W': W})
+    except (OSError, DiskFullError): pass                               # a read-only or full disk: the run goes on uncached
     return W
 
 # %% ../nbs/05_fedloge.ipynb #cc70336c

@@ -14,7 +14,7 @@ from .federated import FedConfig, run_fl, get_method, save_json, save_csv, atomi
 from .guards import take_lock, release_lock
 from .commands import register_command, hp_for, check_names
 from .aggregate import (METRICS, run_label, is_metric, runs_frame, save_fig, rounds_to_reach, aggregate, summary_markdown, plot_bars,
-                                  plot_sensitivity, plot_curves, read_rows, read_history, selected_markdown)
+                                  plot_sensitivity, plot_curves, label_histories, read_rows, read_history, selected_markdown)
 
 # %% auto #0
 __all__ = ['FIELDS', 'GRID_ALIASES', 'TOP_KEYS', 'REPORT_DEFAULTS', 'SHORT', 'HP_RENAMED', 'COMPARE_METRICS', 'SHOT_WORDS',
@@ -328,8 +328,7 @@ def write_plots(spec: SweepSpec, rows: list, summary: list, out):
     "The sweep's PNGs in `out/plots`: learning curves per setting, a dot-and-interval plot per `[report] bars` metric, sensitivity plots."
     out, df = Path(out), runs_frame(rows)
     for s, d in df[df['status'] == 'ok'].groupby('setting', sort=False, dropna=False):      # a label's histories, one per seed
-        hs = {l: [read_history(out/str(c)/'history.csv') for c in g['cell']] for l, g in d.groupby('label', sort=False)}
-        save_fig(plot_curves(hs, keys=tuple(spec.report['curves']), title=f'{spec.name}: {s}'), out/'plots'/f'curves_{s}.png')
+        save_fig(plot_curves(label_histories(d, out), keys=tuple(spec.report['curves']), title=f'{spec.name}: {s}'), out/'plots'/f'curves_{s}.png')
     done = [r for r in summary if r['n_seeds']]
     for m in spec.report['bars']: plot_bars(done, m, out/'plots'/f'bars_{m}.png')
     for x in spec.report['sensitivity']:

@@ -39,11 +39,13 @@ class SCAFFOLD(FedAvg):
     "SCAFFOLD (Karimireddy et al., ICML 2020): local gradients corrected by c - c_i, option II control variates, server lr eta_g."
     kind = 'generic'
     composable = True
-    defaults = dict(eta_g=1.0)
+    defaults = dict(eta_g=1.0, local_lr=None)         # local_lr None: the run's lr
 
     def __init__(self, **hp):
         super().__init__(**hp)
         if not float(self.hp['eta_g']) > 0: raise ValueError(f"eta_g={self.hp['eta_g']}: SCAFFOLD's server learning rate must be > 0")
+        if self.hp['local_lr'] is not None and not float(self.hp['local_lr']) > 0:
+            raise ValueError(f"local_lr={self.hp['local_lr']}: SCAFFOLD's local learning rate must be > 0 (or None for the run's lr)")
 
     def build(self, fed, cfg):
         super().build(fed, cfg)
@@ -77,8 +79,9 @@ def client_update(self: SCAFFOLD, gstate, cstate, data, cfg, seed):
     def loss_fn(m, xb, yb):
         steps[0] += 1                                          # + <c - c_i, y>: value 0, gradient c - c_i
         return self.loss(m, xb, yb, data) + sum((d * (p - p.detach())).sum() for p, d in corr)
-    loss = local_sgd(model, data, cfg, seed, loss_fn)
-    ka = effective_steps(steps[0], cfg.momentum) * cfg.lr
+    lr = cfg.lr if self.hp['local_lr'] is None else float(self.hp['local_lr'])
+    loss = local_sgd(model, data, cfg, seed, loss_fn, lr=lr)
+    ka = effective_steps(steps[0], cfg.momentum) * lr
     new = {n: ci[n] - self.c[n] + (x[n] - p.detach()) / ka for n, p in named}   # option II
     state = shared(model, self.is_shared)
     state.update({f'scaffold.dc.{n}': new[n] - ci[n] for n in new})

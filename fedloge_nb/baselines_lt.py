@@ -230,8 +230,8 @@ class TauNorm(FedAvg):
 # %% ../nbs/08a_baselines_lt.ipynb #503ea4e5
 def class_balanced_indices(y: torch.Tensor, n: int, generator=None) -> torch.Tensor:
     "`n` indices into `y` drawn with replacement so that every present class is equally likely."
-    cnt = torch.bincount(y)
-    p = (1.0 / cnt.double())[y]
+    yc = y.cpu()                                                  # drawn on the CPU: the seeded generator is a CPU one
+    p = (1.0 / torch.bincount(yc).double())[yc]
     return torch.multinomial(p, n, replacement=True, generator=generator).to(y.device)
 
 # %% ../nbs/08a_baselines_lt.ipynb #e739b862

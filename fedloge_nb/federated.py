@@ -26,9 +26,9 @@ __all__ = ['METHODS', 'KINDS', 'PLUGINS', 'METHOD_MODULES', 'METHODS_ENV', 'FedC
            'sample_clients', 'ClientData', 'client_datasets', 'weighted_average', 'ClientResult', 'register',
            'Algorithm', 'shared', 'local_sgd', 'FedAvg', 'Plugin', 'register_plugin', 'composable_bases', 'compose',
            'method_modules', 'load_methods', 'get_method', 'matched_hp', 'make_algorithm', 'RunResult', 'last_k_means',
-           'hp_key', 'scalar_metrics', 'make_summary', 'start_run', 'run_fl', 'check_run', 'atomic_write', 'save_json',
-           'save_csv', 'save_checkpoint', 'load_checkpoint', 'DivergenceError', 'check_finite', 'check_device',
-           'check_out', 'run_lock', 'evaluate', 'forward_batched']
+           'hp_key', 'scalar_metrics', 'make_summary', 'environment', 'start_run', 'run_fl', 'check_run',
+           'atomic_write', 'save_json', 'save_csv', 'save_checkpoint', 'load_checkpoint', 'DivergenceError',
+           'check_finite', 'check_device', 'check_out', 'run_lock', 'evaluate', 'forward_batched']
 
 # %% ../nbs/04_federated.ipynb #98d60cf2
 @dataclass
@@ -527,7 +527,17 @@ def make_summary(cfg: FedConfig, fed, algo: Algorithm, final: dict, history: lis
             **last_k_means(history, final, cfg.last_k), 'last_k': cfg.last_k,
             'train_time_s': round(train_time, 3), 'finish_time_s': round(finish_time, 3),
             'sec_per_round': round(train_time / cfg.rounds, 4),
-            'shot_rule': fed.shot_rule, 'hp': algo.hp, 'revision': type(algo).revision, 'config': cfg.key()}
+            'shot_rule': fed.shot_rule, 'hp': algo.hp, 'revision': type(algo).revision, 'config': cfg.key(),
+            'environment': environment(algo.device)}
+
+def environment(device='cpu') -> dict:
+    "Where a run ran: torch and Python versions, processor, device (GPU name) and torch threads: the same seed gives the same numbers only on the same."
+    import platform
+    cpu = next((l.split(':', 1)[1].strip() for l in Path('/proc/cpuinfo').read_text().splitlines() if l.startswith('model name')),
+               platform.processor() or platform.machine()) if Path('/proc/cpuinfo').exists() else (platform.processor() or platform.machine())
+    dev = torch.device(device)
+    return {'torch': torch.__version__, 'python': platform.python_version(), 'machine': platform.machine(), 'cpu': cpu,
+            'device': torch.cuda.get_device_name(dev) if dev.type == 'cuda' else dev.type, 'threads': torch.get_num_threads()}
 
 def start_run(algo: Algorithm, fed, cfg: FedConfig) -> tuple[list, list, dict]:
     "Build `algo` on `fed` and draw each client's initial state (seeded per client): (clients, client_states, global state)."

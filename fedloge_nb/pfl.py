@@ -192,7 +192,7 @@ def afa_batch(head, h, y, counts, p: float = 0.5, rule: str = 'majority', genera
     w = seed_weights(n, y, y[sel], rule)
     sel, w = sel[w.sum(1) > 0], w[w.sum(1) > 0]                               # rows with no possible seed stay real
     if len(sel) == 0: return out, info
-    seeds = torch.multinomial(w, 1, replacement=True, generator=generator).flatten()
+    seeds = torch.multinomial(w.cpu(), 1, replacement=True, generator=generator).flatten().to(h.device)   # CPU generator
     f = adversarial_features(head, h[seeds], y[sel], lo=h.min(), hi=h.max(), generator=generator, **adv)
     with torch.no_grad(): ok = torch.softmax(head(f), 1).gather(1, y[sel][:, None]).flatten() >= p
     out[sel[ok]] = f[ok]

@@ -90,8 +90,9 @@ def check_finite(rnd: int, cfg: FedConfig, state, client: int | None = None, los
     bad = 'loss' if math.isinf(loss) else nonfinite(state)
     if bad is None: return
     who = f"client {client}: loss {loss:.3g}" if client is not None else "server aggregate"
-    raise DivergenceError(f"training diverged in round {rnd} ({who}, non-finite {bad}): "
-                          f"lower --lr (now {cfg.lr:g}) or check the data")
+    lr = (f"lower the method's local_lr (now {cfg.hp['local_lr']:g}, e.g. --hp local_lr={cfg.hp['local_lr'] / 2:g})"
+          if isinstance(cfg.hp, dict) and isinstance(cfg.hp.get('local_lr'), (int, float)) else f"lower --lr (now {cfg.lr:g})")
+    raise DivergenceError(f"training diverged in round {rnd} ({who}, non-finite {bad}): {lr} or check the data")
 
 # %% ../nbs/03a_guards.ipynb #70faf36f
 def auto_device(device: str | None) -> str:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 from pathlib import Path
-from .aggregate import runs_frame, seed_table, paired_diff, fmt_mean_std, select_best, run_label, read_rows, label_histories, plot_curves
+from .aggregate import runs_frame, seed_table, paired_diff, fmt_mean_std, select_best, run_label, read_rows, label_histories, plot_curves, t_halfwidth
 from .budget import rule_verdict, detectable_diff, plot_forest, forest_markdown
 from .report import sweep_path, not_run, paper_frame, to_percent
 
@@ -138,14 +138,13 @@ FT_EPOCHS = (0, 1, 2, 3, 5, 10, 15, 20)
 def plot_ft_curve(rows, label: str = 'fedloge', epochs=FT_EPOCHS, ax=None):
     "Fig. 5: PM after e epochs of local finetuning (`pm_acc_la_fr_ft{e}`) per seed, their mean and 95% t-interval band, on an axis near the data."
     import matplotlib.pyplot as plt
-    from scipy.stats import t as student_t
     tab = pd.concat({e: seed_table(rows, f'pm_acc_la_fr_ft{e}', ('label',)).get(label, pd.Series(dtype=float)) for e in epochs}, axis=1).dropna()
     if ax is None: _, ax = plt.subplots(figsize=(6.4, 3.4))
     x = np.array(epochs, dtype=float)
     for s, v in tab.iterrows(): ax.plot(x, v.to_numpy(), color='0.7', lw=1, marker='.', label='one seed' if s == tab.index[0] else None)
     m = tab.mean().to_numpy()
     if len(tab) > 1:
-        h = student_t.ppf(0.975, len(tab) - 1) * tab.std(ddof=1).to_numpy() / np.sqrt(len(tab))
+        h = t_halfwidth(tab.std(ddof=1).to_numpy(), len(tab))
         ax.fill_between(x, m - h, m + h, color='C0', alpha=.2, lw=0, label='95% t-interval of the mean')
     ax.plot(x, m, color='C0', marker='o', label=f'mean of {len(tab)} seeds')
     ax.set_xticks(x); ax.set_xlabel("epochs of local finetuning of phi'_k after LA-FR (theta frozen)")

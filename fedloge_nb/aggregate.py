@@ -14,8 +14,8 @@ from .guards import save_png
 __all__ = ['TEXT_COLS', 'TIME_COLS', 'DIAG_COLS', 'METRICS', 'METHOD_FAMILIES', 'num', 'mean_std', 'fmt_mean_std', 'fmt_values',
            'read_rows', 'read_history', 'run_label', 'runs_frame', 'rounds_to_reach', 'is_metric', 'aggregate',
            'summary_markdown', 'save_fig', 'metric_label', 'plot_bars', 'plot_sensitivity', 'method_styles',
-           'label_histories', 'plot_curves', 'stable', 'seed_table', 'select_best', 'paired_diff', 'fmt_diff',
-           'selected_markdown']
+           'label_histories', 'plot_curves', 'stable', 'seed_table', 'select_best', 't_halfwidth', 'paired_diff',
+           'fmt_diff', 'selected_markdown']
 
 # %% ../nbs/14b_aggregate.ipynb #a9e10001
 def num(v) -> float | None:
@@ -252,9 +252,13 @@ def select_best(summary: list | None, by: str, within=('setting', 'method'), row
     return out
 
 # %% ../nbs/14b_aggregate.ipynb #a9e10008
+def t_halfwidth(sd, n: int, level: float = 0.95):
+    "Half-width of the `level` t-interval of a mean of `n` values with standard deviation `sd` (a number or an array)."
+    from scipy.stats import t as student_t
+    return float(student_t.ppf(0.5 + level / 2, n - 1)) * np.asarray(sd, dtype=float) / math.sqrt(n)
+
 def paired_diff(rows, a: str, b: str, metric: str, setting: str | None = None, b_metric: str | None = None) -> dict:
     "Per-seed differences metric(a) - b_metric(b) (default: the same metric) of two labels (`method[ variant]`) over the seeds both finished: mean, std, 95% t-interval."
-    from scipy.stats import t as student_t
     df = runs_frame(rows)
     if setting is not None: df = df[df['setting'] == setting]
     col = lambda m, l: seed_table(df, m, ('label',)).get(l, pd.Series(dtype=float))
@@ -263,7 +267,7 @@ def paired_diff(rows, a: str, b: str, metric: str, setting: str | None = None, b
     out = dict(a=a, b=b, metric=metric, seeds=[int(s) for s in both.index], n=len(d), mean=float(d.mean()) if len(d) else None,
                std=None, lo=None, hi=None, diffs=[float(x) for x in d])
     if len(d) > 1:
-        sd = float(d.std(ddof=1)); h = float(student_t.ppf(0.975, len(d) - 1)) * sd / math.sqrt(len(d))
+        sd = float(d.std(ddof=1)); h = float(t_halfwidth(sd, len(d)))
         out.update(std=sd, lo=out['mean'] - h, hi=out['mean'] + h)
     return out
 

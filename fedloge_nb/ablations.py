@@ -218,7 +218,10 @@ ABLATIONS['ecl_table4'] = Ablation(
     {l: n for n, l, *_ in _T4E}, {'pm_acc': 'PM with ECL', 'pm_acc_global': 'PM without', 'gm_acc': 'GM'},
     [*[Check(f'{e}: ECL helps {n}', l, None, 'pm_acc', 'pm_acc_global', setting=s) for s, e in _IFS.items() for n, l, *_ in _T4E],
      *[Check(f'IF = 100: FedAvg in phase I beats {n}', 'ecl', l, 'pm_acc', setting='fmnist_if100_a0.2') for n, l, *_ in _T4E[1:]]],
-    settings=_IFS)
+    settings=_IFS,
+    note="SCAFFOLD runs at its own local lr 0.02 (the others at 0.05), chosen on validation (`scaffold_lr_ecl_table4`): at 0.05 "
+         "it diverged (non-finite weights by round 14-23 in the four cells first run); in the screen 0.05 diverged at IF 50 and "
+         "100, 0.03 at IF 10 and 50, and 0.02 trained at all three.")
 
 # %% ../nbs/15c_ablations.ipynb #2d357dd1
 ABLATIONS['ecl_table3'] = Ablation(

@@ -287,15 +287,16 @@ def selected_markdown(summary: list, rows: list, select=(('val_gm_acc', 'gm_acc'
             chosen = select_best([r for r in summary if r['setting'] == s], by, rows=rows)
             if not chosen: continue
             ref = next((run_label(r) for r in chosen if r['method'] == reference), None)
+            diff_col = f" {reference} minus method, per seed (95% CI) |" if reference else ''
             lines += [f"### {m} (variant chosen per method on {by}), {s}", '',
-                      f"| method | chosen variant | {by} | {m} | seeds | {reference} minus method, per seed (95% CI) |", '|---|---|---|---|---|---|']
+                      f"| method | chosen variant | {by} | {m} | seeds |{diff_col}", '|---|---|---|---|---|' + ('---|' if reference else '')]
             for r in sorted(chosen, key=lambda r: -(stable(r, m) or -1e9)):
                 mark = '' if num(r.get(f'{m}_lastk')) is not None else ' †'
                 pd_ = paired_diff(rows, ref, run_label(r), m, s) if ref and run_label(r) != ref else None
                 dtxt = '-' if pd_ is None or pd_['mean'] is None else f"{fmt_diff(pd_)} (n={pd_['n']})"
                 on = f" (on seeds {r['chosen_on']})" if r.get('chosen_on') else ''
                 lines.append(f"| {r['method']} | {r.get('variant') or '-'}{on} | {fmt_mean_std(stable(r, by), stable(r, by, True))} | "
-                             f"{fmt_mean_std(stable(r, m), stable(r, m, True))}{mark} | {int(num(r.get('n_seeds')) or 0)} | {dtxt} |")
+                             f"{fmt_mean_std(stable(r, m), stable(r, m, True))}{mark} | {int(num(r.get('n_seeds')) or 0)} |" + (f" {dtxt} |" if reference else ''))
             lines.append('')
     lines.append("Numbers: mean ± std over seeds of the last-k mean; † = value after the post-training stage (one evaluation). "
                  "A method's variants are compared on the seeds all of them finished (shown as 'on seeds'); the row then reports every finished seed of the chosen variant.")

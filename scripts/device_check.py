@@ -9,6 +9,7 @@ order); three rounds on 300 images per class keep the gap small. With `--device 
 must be equal (a determinism check).
 
     OMP_NUM_THREADS=1 python scripts/device_check.py --device cuda [--methods fedavg,fedloge] [--out device_check.csv]
+    OMP_NUM_THREADS=1 python scripts/device_check.py --device cpu --dataset digits --model mlp   # seconds, no GPU
 """
 import argparse, csv, dataclasses, sys, time, traceback
 import torch
@@ -18,10 +19,11 @@ from fedloge_nb.federated import FedConfig, METHODS, load_methods, run_fl
 p = argparse.ArgumentParser()
 p.add_argument('--device', default='cuda'); p.add_argument('--methods', default='all')
 p.add_argument('--rounds', type=int, default=3); p.add_argument('--out', default='device_check.csv')
+p.add_argument('--dataset', default='fmnist'); p.add_argument('--model', default='cnn')
 a = p.parse_args()
 load_methods()
 methods = sorted(METHODS) if a.methods == 'all' else a.methods.split(',')
-base = FedConfig(dataset='fmnist', max_per_class=300, test_max_per_class=100, clients=10, rounds=a.rounds,
+base = FedConfig(dataset=a.dataset, model=a.model, max_per_class=300, test_max_per_class=100, clients=10, rounds=a.rounds,
                  eval_every=1, seed=0)
 fed = make_fed_data(**base.data_args())
 rows, bad = [], []

@@ -24,3 +24,15 @@ def test_train_analysis_runs_flags():
         assert flag in r.stdout, flag
     r = _run('--rounds', 'ten')
     assert r.returncode == 2 and '--rounds' in r.stderr and 'invalid int value' in r.stderr, r.stderr
+
+def test_device_check_on_cpu(tmp_path):
+    "scripts/device_check.py on the CPU against the CPU: every method runs, its model stays on the CPU, the numbers are equal."
+    out = tmp_path / 'check.csv'
+    r = subprocess.run([sys.executable, str(ROOT / 'scripts' / 'device_check.py'), '--device', 'cpu', '--dataset', 'digits',
+                        '--model', 'mlp', '--methods', 'fedavg,scaffold,lws', '--rounds', '1', '--out', str(out)],
+                       capture_output=True, text=True, env={**os.environ, 'PYTHONPATH': str(ROOT), 'OMP_NUM_THREADS': '1'}, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    import csv
+    rows = list(csv.DictReader(out.open()))
+    assert [x['method'] for x in rows] == ['fedavg', 'scaffold', 'lws'], rows
+    assert all(float(x['gm_absdiff']) == 0 and float(x['pm_absdiff']) == 0 and float(x['pm_dev']) > 0 for x in rows), rows

@@ -414,6 +414,7 @@ def compose(name: str):
     kind = 'generic+personalised' if B.kind == 'generic' and any(p.personalises for p in P) else B.kind
     body = dict(kind=kind, defaults=hp, composable=False, parts=(base, *plugs), __module__=B.__module__,
                 revision=max(getattr(c, 'revision', 0) for c in (B, *P)),
+                hp_added={k: v for c in (B, *P) for k, v in getattr(c, 'hp_added', {}).items()},   # every part's later switches
                 __doc__=f"{base} with the plug-in(s) {', '.join(plugs)} (composed by `compose`).")
     return register(name)(type(name, (*reversed(P), B), body))
 
@@ -596,7 +597,7 @@ def _finish(algo, fed, cfg: FedConfig, clients, client_states, history, train_ti
     t0 = time.perf_counter()
     client_states = algo.finish(fed, cfg, clients, client_states)
     finish_time = time.perf_counter() - t0
-    check_finite(cfg.rounds, cfg, {'post_training': client_states})   # realignment / finetuning can diverge too
+    check_finite(cfg.rounds, cfg, {'post_training': client_states}, training=False)   # realignment / finetuning can diverge too
     final = _evaluate_all(algo, fed, clients, client_states)
     summary = make_summary(cfg, fed, algo, final, history, train_time, finish_time)
     if own is not None:                              # the same trained model with the method's own post-training budget

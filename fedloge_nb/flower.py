@@ -14,7 +14,7 @@ from fastcore.basics import patch
 from .federated import (FedConfig, ClientResult, make_algorithm, start_run, sample_clients, derive_seed, check_finite,
                         check_device, evaluate_global, client_scores, personal_scores, val_view, make_summary, get_method,
                         matched_hp, hp_key, seed_everything, save_json, save_csv, scalar_metrics, DivergenceError)
-from .guards import save_checkpoint, load_checkpoint, pid_alive
+from .guards import save_checkpoint, load_checkpoint, pid_alive, lr_hint
 
 def to_record(state: dict):
     "A dict of tensors as a Flower `ArrayRecord` (keys and order kept; empty dict: empty record)."
@@ -347,7 +347,7 @@ def aggregate_train(self: EngineStrategy, server_round, replies):
         state = from_record(c['arrays'], self.algo.device)
         private = from_record(c['private'], self.algo.device) if 'private' in c else {}
         if info['bad']: raise DivergenceError(f"training diverged in round {server_round} (client {k}: loss {float(info['loss']):.3g}, non-finite {info['bad']}): "
-                                              f"lower --lr (now {self.cfg.lr:g}) or check the data")
+                                              f"{lr_hint(self.cfg)} or check the data")
         check_finite(server_round, self.cfg, {'shared': state, 'private': private}, client=k, loss=float(info['loss']))
         results.append(ClientResult(state, private, int(info['n']), float(info['loss'])))
         self.tags[k] = f'r{server_round}'                           # the client's state after this round goes with the new model
@@ -428,7 +428,7 @@ def finish(self: EngineStrategy, grid, arrays, algo=None, tags=None, branch: str
         got = self.exchange(grid, list(range(cfg.clients)), msgs, what)
         for k in sorted(got):
             if got[k]['info']['bad']: raise DivergenceError(f"training diverged in round {cfg.rounds} (client {k}, non-finite {got[k]['info']['bad']}): "
-                                                            f"lower --lr (now {cfg.lr:g}) or check the data")
+                                                            f"{lr_hint(cfg, training=False)} or check the data")
             tags[k] = f'{branch}f{stage}'
         reports = {k: r for k in sorted(got) if (r := unpack(got[k]['info']['report'], algo.device))}
         fmsg = algo.finish_server(stage, cfg, reports) or {}

@@ -12,8 +12,9 @@ from .datasets import atomic_write  # the one atomic file write (cache, results,
 
 # %% auto #0
 __all__ = ['RUN_FILES', 'DiskFullError', 'disk_guard', 'save_json', 'save_csv', 'save_png', 'save_checkpoint', 'load_checkpoint',
-           'DivergenceError', 'nonfinite', 'check_finite', 'auto_device', 'check_device', 'pid_alive', 'lock_holder',
-           'check_folder', 'check_out', 'clear_run', 'take_lock', 'release_lock', 'run_lock', 'check_history']
+           'DivergenceError', 'nonfinite', 'check_finite', 'lr_hint', 'auto_device', 'check_device', 'pid_alive',
+           'lock_holder', 'check_folder', 'check_out', 'clear_run', 'take_lock', 'release_lock', 'run_lock',
+           'check_history']
 
 # %% ../nbs/03a_guards.ipynb #87bc0200
 class DiskFullError(ValueError):
@@ -83,16 +84,20 @@ def nonfinite(state, name: str = '') -> str | None:
     return None
 
 # %% ../nbs/03a_guards.ipynb #6a42ed19
-def check_finite(rnd: int, cfg: FedConfig, state, client: int | None = None, loss: float = float('nan')):
-    "Raise `DivergenceError` (round, client, fix) when `loss` is infinite or `state` holds a NaN or inf."
+def check_finite(rnd: int, cfg: FedConfig, state, client: int | None = None, loss: float = float('nan'), training: bool = True):
+    "Raise `DivergenceError` (round, client, fix) when `loss` is infinite or `state` holds a NaN or inf (`training` False: after the rounds)."
     try: loss = float(loss)
     except (TypeError, ValueError): loss = float('nan')
     bad = 'loss' if math.isinf(loss) else nonfinite(state)
     if bad is None: return
     who = f"client {client}: loss {loss:.3g}" if client is not None else "server aggregate"
-    lr = (f"lower the method's local_lr (now {cfg.hp['local_lr']:g}, e.g. --hp local_lr={cfg.hp['local_lr'] / 2:g})"
-          if isinstance(cfg.hp, dict) and isinstance(cfg.hp.get('local_lr'), (int, float)) else f"lower --lr (now {cfg.lr:g})")
-    raise DivergenceError(f"training diverged in round {rnd} ({who}, non-finite {bad}): {lr} or check the data")
+    raise DivergenceError(f"training diverged in round {rnd} ({who}, non-finite {bad}): {lr_hint(cfg, training)} or check the data")
+
+def lr_hint(cfg: FedConfig, training: bool = True) -> str:
+    "Which lr to lower after a divergence: the method's own `local_lr` when it sets one and the rounds diverged, else --lr."
+    ll = cfg.hp.get('local_lr') if training and isinstance(cfg.hp, dict) else None
+    return (f"lower the method's local_lr (now {ll:g}, e.g. --hp local_lr={ll / 2:g})" if isinstance(ll, (int, float))
+            else f"lower --lr (now {cfg.lr:g})")
 
 # %% ../nbs/03a_guards.ipynb #70faf36f
 def auto_device(device: str | None) -> str:

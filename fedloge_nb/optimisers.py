@@ -40,6 +40,7 @@ class SCAFFOLD(FedAvg):
     kind = 'generic'
     composable = True
     defaults = dict(eta_g=1.0, local_lr=None)         # local_lr None: the run's lr
+    hp_added = dict(local_lr=None)                    # added after checkpoints were made: out of hp_key at its default
 
     def __init__(self, **hp):
         super().__init__(**hp)

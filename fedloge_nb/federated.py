@@ -534,8 +534,9 @@ def make_summary(cfg: FedConfig, fed, algo: Algorithm, final: dict, history: lis
 def environment(device='cpu') -> dict:
     "Where a run ran: torch and Python versions, processor, device (GPU name) and torch threads: the same seed gives the same numbers only on the same."
     import platform
-    cpu = next((l.split(':', 1)[1].strip() for l in Path('/proc/cpuinfo').read_text().splitlines() if l.startswith('model name')),
-               platform.processor() or platform.machine()) if Path('/proc/cpuinfo').exists() else (platform.processor() or platform.machine())
+    info = Path('/proc/cpuinfo')
+    names = [l.split(':', 1)[1].strip() for l in info.read_text().splitlines() if l.startswith('model name')] if info.exists() else []
+    cpu = names[0] if names else (platform.processor() or platform.machine())
     dev = torch.device(device)
     return {'torch': torch.__version__, 'python': platform.python_version(), 'machine': platform.machine(), 'cpu': cpu,
             'device': torch.cuda.get_device_name(dev) if dev.type == 'cuda' else dev.type, 'threads': torch.get_num_threads()}

@@ -40,7 +40,7 @@ def run(hp: str = '',                    # method hyperparameters, e.g. 'beta=0.
         if overwrite: clear_run(out)
         if resume and (note := check_history(out)): print(f"fedloge_nb run: {note}", file=sys.stderr)
         if backend == 'flower':
-            from fedloge_nb.flower import run_flower, FlowerError
+            from fedloge_nb.flower_simulation import run_flower, FlowerError
             try: summary = run_flower(cfg, fed, out=out, workers=flower_workers, progress=progress, resume=resume)
             except FlowerError as e: print(f"fedloge_nb run: error: {e}", file=sys.stderr); sys.exit(1)
         else: summary = run_fl(cfg, fed, out=out, resume=resume, progress=progress).summary

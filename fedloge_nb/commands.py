@@ -15,7 +15,7 @@ __all__ = ['COMMANDS', 'COMMAND_MODULES', 'register_command', 'load_commands', '
 
 # %% ../nbs/07a_commands.ipynb #c0a1d2e8
 COMMANDS: dict = {}                   # command name -> `call_parse` function (`fedloge_nb NAME --flags`)
-COMMAND_MODULES = ['fedloge_nb.cli', 'fedloge_nb.sweep', 'fedloge_nb.flower']   # modules whose import registers commands
+COMMAND_MODULES = ['fedloge_nb.cli', 'fedloge_nb.sweep', 'fedloge_nb.flower_deploy']   # modules whose import registers commands
 
 def register_command(fn=None, name: str | None = None):
     "Add command `fn` to `COMMANDS` under `name` (default: its name); a decorator, or a call `register_command(fn, 'main')`."

@@ -1,4 +1,4 @@
-"""Deploy a fedloge_nb run on Flower on this machine: `fedloge_nb deploy` (fedloge_nb.flower.deploy) from a script.
+"""Deploy a fedloge_nb run on Flower on this machine: `fedloge_nb deploy` (fedloge_nb.flower_deploy.deploy) from a script.
 
 One SuperLink and one SuperNode per client as separate processes on 127.0.0.1 (TLS with a throw-away CA and
 authenticated SuperNodes unless --insecure), the job submitted with `flwr run`, the usual run files in --out, and
@@ -13,7 +13,7 @@ import signal, sys
 
 
 def main(argv=None):
-    from fedloge_nb import flower  # noqa: F401  (registers the deploy command)
+    from fedloge_nb import flower_deploy  # noqa: F401  (registers the deploy command)
     from fedloge_nb.cli import main as cli_main
     def _term(*_): raise KeyboardInterrupt            # SIGTERM too: the deployment's finally stops every process
     signal.signal(signal.SIGTERM, _term)

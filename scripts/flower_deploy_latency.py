@@ -1,6 +1,6 @@
 """Where the wall time of a Flower deployment on this machine goes: a timeline of `fedloge_nb deploy`'s phases.
 
-Runs one deployment (`fedloge_nb.flower.run_deployment`: SuperLink, one SuperNode per client, TLS and authenticated
+Runs one deployment (`fedloge_nb.flower_deploy.run_deployment`: SuperLink, one SuperNode per client, TLS and authenticated
 SuperNodes, `flwr run`) with a trace file that the deployment command and the ServerApp append time-stamped lines to
 (`trace_mark`), then prints the timeline: start-up (certificates, SuperLink, key registration, ServerApp, SuperNodes),
 every message exchange (sent -> all answered), the server's own work between exchanges, and shut-down; and the CPU
@@ -122,7 +122,7 @@ def main(argv=None):
     ap.add_argument('--title', default='', help='a line under the heading (e.g. which version of the package ran)')
     ap.add_argument('--out', default=None, help='markdown file for the report (printed anyway)')
     a = ap.parse_args(argv)
-    import fedloge_nb.flower as F
+    import fedloge_nb.flower_deploy as F
     from fedloge_nb.federated import FedConfig
     cfg = FedConfig(method=a.method, dataset=a.dataset, imb_factor=100, alpha=0.5, clients=a.clients, frac=a.frac, rounds=a.rounds,
                     model=a.model, device='cpu')

@@ -2,7 +2,7 @@
 import csv, json, math
 import pytest
 from fedloge_nb.federated import FedConfig, run_fl
-from fedloge_nb.flower import run_flower
+from fedloge_nb.flower_simulation import run_flower
 
 METHODS = ['fedavg', 'fedloge', 'fedrep']          # generic, FedLoGe (realignment + finetuning stages), personalised
 TINY = ['--dataset', 'digits', '--imb_factor', '10', '--clients', '3', '--model', 'mlp', '--rounds', '1']
@@ -43,7 +43,7 @@ def test_cli_backend_errors(main_in_process, tmp_path, args, msg):
 
 def test_cli_backend_flower_calls_the_simulation(main_in_process, tmp_path, monkeypatch):
     "The CLI wiring without Ray: checks run first, then run_flower gets the config, the data, OUT and the worker count."
-    import fedloge_nb.flower as fl
+    import fedloge_nb.flower_simulation as fl
     seen = {}
     def fake(cfg, fed, out=None, workers=2, progress=True, **kw):
         seen.update(cfg=cfg, clients=len(fed.train_idx), out=out, workers=workers)

@@ -92,7 +92,7 @@ def test_killed_deployment_resumes_exactly(tmp_path):
 
 def test_unregistered_supernode_is_refused(tmp_path):
     "TLS + SuperNode authentication: a node whose key the SuperLink does not know is refused; a registered one connects."
-    from fedloge_nb.flower import Deployment
+    from fedloge_nb.flower_deploy import Deployment
     dep = Deployment(2, 19360, tmp_path / 'logs')
     try:
         dep.start_superlink()

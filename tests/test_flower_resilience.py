@@ -55,24 +55,24 @@ def test_full_disk_flower_strategy(tmp_path, full_disk):
 
 
 def test_deploy_command_checks_flags_without_flower(main_in_process, tmp_path):
-    code = "import sys, fedloge_nb.flower as f; from fedloge_nb.cli import COMMANDS; assert COMMANDS['deploy'] is f.deploy; print('flwr' in sys.modules)"
+    code = "import sys, fedloge_nb.flower_deploy as f; from fedloge_nb.cli import COMMANDS; assert COMMANDS['deploy'] is f.deploy; print('flwr' in sys.modules)"
     r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, cwd=ROOT)
     assert r.stdout.strip() == 'False', r.stderr                           # registering the command does not import Flower
-    import fedloge_nb.flower  # noqa: F401
+    import fedloge_nb.flower_deploy  # noqa: F401
     c, o, e = main_in_process('deploy', *TINY, '--min_clients', '0', '--out', tmp_path / 'd')
     assert c == 2 and 'fedloge_nb deploy: error: --min_clients 0' in e and not (tmp_path / 'd').exists(), e
 
 
 def test_flower_app_folder_is_the_packaged_app():
-    from fedloge_nb.flower import APP_FILES
+    from fedloge_nb.flower_deploy import APP_FILES
     assert {n: (ROOT / 'flower_app' / n).read_text() for n in APP_FILES} == APP_FILES
 
 
 def test_simulation_killed_then_resumed_exactly(tmp_path):
     "SIGKILL a Ray simulation (driver and Ray's processes) in round 3, after its clients saved their states and before the server aggregates (the last checkpoint: round 2); resume=True gives the local engine's numbers."
-    from fedloge_nb.flower import run_flower
+    from fedloge_nb.flower_simulation import run_flower
     out, tag, cfg = tmp_path / 's', uuid.uuid4().hex, _cfg(rounds=4, ckpt_every=2)
-    code = ("import json, os, signal; from fedloge_nb import flower as f; from fedloge_nb.federated import FedConfig\n"
+    code = ("import json, os, signal; from fedloge_nb import flower_simulation as f; from fedloge_nb.federated import FedConfig\n"
             "agg = f.EngineStrategy.aggregate_train\n"
             "def die(self, rnd, replies):\n"            # the job kills its own process group at a chosen point: a run this fast
             "    if rnd == 3: os.killpg(0, signal.SIGKILL)\n"   # leaves no time to aim from outside

@@ -14,7 +14,8 @@ from .report import sweep_path, not_run, paper_frame, to_percent
 
 # %% auto #0
 __all__ = ['AGREE', 'ABLATIONS', 'FIXED', 'FT_EPOCHS', 'Check', 'check_diff', 'agreement', 'checks_table', 'ours_table',
-           'best_label', 'Ablation', 'plot_ft_curve', 'ablation_report', 'show_ablation', 'round_curves']
+           'best_label', 'Ablation', 'plot_ft_curve', 'plot_memory_grid', 'ablation_report', 'show_ablation',
+           'round_curves']
 
 # %% ../nbs/15c_ablations.ipynb #ab903628
 @dataclass
@@ -208,6 +209,34 @@ ABLATIONS['gmv_table3'] = Ablation(
     {'gm_acc': 'GM', 'gm_few': 'GM few', 'val_gm_acc': 'GM (validation)'},
     lambda rows: [Check('memory vectors help (a, warm-up chosen on validation)', b, 'fedavg_etf_gmv a0', 'gm_acc')
                   for b in [best_label(rows, 'fedavg_etf_gmv', 'val_gm_acc')] if b])
+
+# %% ../nbs/15c_ablations.ipynb #5293cc4d
+def plot_memory_grid(results, a_values=('0.1', '0.5', '1'), warmups=(50, 60, 70, 80, 90), ref: str = 'fedavg_etf_gmv a0'):
+    "FedAvg+ETF+GMV Table 3 as a figure: GM gain over a = 0 (paired per seed, mean and 95% t-interval) against the warm-up round, a line per a; validation beside test."
+    import matplotlib.pyplot as plt
+    df = runs_frame(results)
+    best = best_label(df.to_dict('records'), 'fedavg_etf_gmv', 'val_gm_acc')
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
+    for ax, metric, name in zip(axes, ('val_gm_acc', 'gm_acc'), ('validation GM (chooses a, warm-up)', 'test GM')):
+        for j, a in enumerate(a_values):
+            ds = [paired_diff(df, f'fedavg_etf_gmv a{a}_w{w}', ref, metric) for w in warmups]
+            x = np.array(warmups, dtype=float) + (j - (len(a_values) - 1) / 2) * 1.2           # dodged, so the intervals do not overlap
+            m = np.array([d['mean'] if d['n'] else np.nan for d in ds], dtype=float)
+            lo = np.array([d['lo'] if d['n'] > 1 else np.nan for d in ds], dtype=float)
+            hi = np.array([d['hi'] if d['n'] > 1 else np.nan for d in ds], dtype=float)
+            ax.errorbar(x, m, yerr=[m - lo, hi - m], color=f'C{j}', marker='o', ms=4, capsize=2, lw=1.2, label=f'a = {a}')
+            for xi, mi, w in zip(x, m, warmups):
+                if best == f'fedavg_etf_gmv a{a}_w{w}': ax.plot(xi, mi, 'o', ms=13, mfc='none', mec='k', label='chosen on validation')
+        ax.axhline(0, color='k', lw=.8)
+        ax.set_xticks(warmups); ax.set_xlabel('warm-up round (memory vectors from this round on, of 100)')
+        ax.set_ylabel(f'{name}:\ngain over a = 0 (points)', fontsize=9); ax.grid(alpha=.3)
+    n = max(paired_diff(df, f'fedavg_etf_gmv a{a}_w{w}', ref, 'gm_acc')['n'] for a in a_values for w in warmups)
+    fig.suptitle(f'FedAvg+ETF+GMV Table 3: gain of the memory vectors, mean and 95% t-interval over {n} paired seeds', fontsize=10, x=0.01, ha='left')
+    fig.tight_layout(rect=(0, 0, 1, 0.9))
+    fig.legend(*axes[1].get_legend_handles_labels(), frameon=False, fontsize=8, ncol=4, loc='upper right', bbox_to_anchor=(1, 0.93))
+    return fig
+
+ABLATIONS['gmv_table3'].plot = plot_memory_grid
 
 # %% ../nbs/15c_ablations.ipynb #fe5096fe
 _IFS = {f'fmnist_if{i}_a0.2': f'IF = {i}' for i in (10, 50, 100)}

@@ -58,7 +58,7 @@ def checks_table(rows, checks: list, names: dict | None = None) -> pd.DataFrame:
 
 # %% ../nbs/15c_ablations.ipynb #d499fafb
 def ours_table(rows, labels: dict, metrics: dict, settings: dict | None = None) -> pd.DataFrame:
-    "Our side of a table: a row per (setting,) label in `labels` order, a column per metric, 'mean ± std' over the finished seeds (last-k means) and n."
+    "Our side of a table: a row per (setting,) label in `labels` order, a column per metric, 'mean ± std' over the finished seeds (the rows' `stable` values: last-k means unless `final_only` removed them) and n."
     df = runs_frame(rows)
     settings = settings or {s: None for s in dict.fromkeys(df['setting'].fillna(''))}
     out = []
@@ -250,7 +250,7 @@ def plot_memory_grid(results, a_values=('0.1', '0.5', '1'), warmups=(50, 60, 70,
     fig.legend(*axes[1].get_legend_handles_labels(), frameon=False, fontsize=8, ncol=4, loc='upper right', bbox_to_anchor=(1, 0.93))
     return fig
 
-ABLATIONS['gmv_table3'].plot = plot_memory_grid
+ABLATIONS['gmv_table3'].plot = lambda p: plot_memory_grid(p, window=ABLATIONS['gmv_table3'].window)
 
 # %% ../nbs/15c_ablations.ipynb #fe5096fe
 _IFS = {f'fmnist_if{i}_a0.2': f'IF = {i}' for i in (10, 50, 100)}

@@ -28,7 +28,8 @@ import argparse, collections, datetime, json, math, os, platform, shlex, subproc
 from pathlib import Path
 import psutil, torch
 import fedloge_nb.federated as F
-import fedloge_nb.flower_simulation as FL
+try: import fedloge_nb.flower_simulation as FL
+except ModuleNotFoundError: import fedloge_nb.flower as FL     # a checkout before the Flower chapter was split (the 'before' runs)
 from fedloge_nb.federated import FedConfig, run_fl, save_json, atomic_write
 from fedloge_nb.data import make_fed_data
 

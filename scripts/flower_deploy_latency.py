@@ -122,7 +122,8 @@ def main(argv=None):
     ap.add_argument('--title', default='', help='a line under the heading (e.g. which version of the package ran)')
     ap.add_argument('--out', default=None, help='markdown file for the report (printed anyway)')
     a = ap.parse_args(argv)
-    import fedloge_nb.flower_deploy as F
+    try: import fedloge_nb.flower_deploy as F
+    except ModuleNotFoundError: import fedloge_nb.flower as F   # a checkout before the Flower chapter was split (the 'before' runs)
     from fedloge_nb.federated import FedConfig
     cfg = FedConfig(method=a.method, dataset=a.dataset, imb_factor=100, alpha=0.5, clients=a.clients, frac=a.frac, rounds=a.rounds,
                     model=a.model, device='cpu')

@@ -59,8 +59,8 @@ class FedLoGe(Algorithm):
     "FedLoGe (Xiao et al., ICLR 2024): SSE-C backbone + aggregated psi + local phi_k, then GA-FR / LA-FR."
     kind = 'generic+personalised'
     defaults = dict(beta=0.6, gamma=4.0, sse_steps=10_000, sse_lr=1e-4, classifier='sse_c', ga_fr=True, la_fr=True,
-                    ft_epochs=5, ft_lr=None, personal='paper', sparse=False, dr_loss=False, proj=False, ft_curve=None)
-    hp_added = dict(sparse=False, dr_loss=False, proj=False, ft_curve=None)   # Table 8/9 switches, Fig. 5's curve: added after results were recorded
+                    ft_epochs=5, ft_lr=None, personal='paper', sparse=False, dr_loss=False, proj=False, ft_curve=None, sse_init='etf')
+    hp_added = dict(sparse=False, dr_loss=False, proj=False, ft_curve=None, sse_init='etf')   # Table 8/9 switches, Fig. 5's curve: added after results were recorded
 
     def __init__(self, **hp):
         super().__init__(**hp)
@@ -68,6 +68,10 @@ class FedLoGe(Algorithm):
             raise ValueError(f"classifier must be 'sse_c' or one of the fixed initialisations {INIT_KINDS}, got {self.hp['classifier']!r}")
         if self.hp['sparse'] and self.hp['classifier'] == 'sse_c':
             raise ValueError("sparse=True sparsifies a fixed initialisation (Table 9); SSE-C is sparse already: drop sparse or pick e.g. classifier='xavier'")
+        if self.hp['sse_init'] not in INIT_KINDS:
+            raise ValueError(f"sse_init (where Eq. 5's optimisation starts) must be one of {INIT_KINDS}, got {self.hp['sse_init']!r}")
+        if self.hp['sse_init'] != 'etf' and self.hp['classifier'] != 'sse_c':
+            raise ValueError(f"sse_init={self.hp['sse_init']!r} starts the SSE-C solve (Eq. 5), so it needs classifier='sse_c', got {self.hp['classifier']!r}")
         if self.hp['personal'] not in ('paper', 'reference'): raise ValueError(f"personal must be 'paper' or 'reference', got {self.hp['personal']!r}")
         self.primary_global = 'ga_fr' if self.hp['ga_fr'] else 'psi'
         pm = 'la_fr' if self.hp['personal'] == 'paper' else 'la_fr_ref'
@@ -107,17 +111,21 @@ def _sse_c_key(**args) -> str | None:
     return json.dumps(dict(args, torch=torch.__version__, machine=platform.machine(),
                            source=hashlib.sha1(src.encode()).hexdigest()), sort_keys=True)
 
-def cached_sse_c(d: int, C: int, beta: float = 0.6, gamma: float = 1.0, steps: int = 10_000, lr: float = 1e-4, seed: int = 0) -> torch.Tensor:
-    "`sse_c(d, C, ...)[0]` (ETF start, float32, CPU), read from the cache when this exact solve was stored before, else solved and stored."
+def cached_sse_c(d: int, C: int, beta: float = 0.6, gamma: float = 1.0, steps: int = 10_000, lr: float = 1e-4, seed: int = 0,
+                 init: str = 'etf') -> torch.Tensor:
+    "`sse_c(d, C, ...)[0]` (float32, CPU) from `init` (another start than the ETF is masked and rescaled to gamma first), cached."
     folder = sse_c_cache_dir()
-    key = None if folder is None else _sse_c_key(d=int(d), C=int(C), beta=float(beta), gamma=float(gamma), steps=int(steps), lr=float(lr), seed=int(seed))
-    if key is None: return sse_c(d, C, beta=beta, gamma=gamma, steps=steps, lr=lr, seed=seed)[0]
+    args = dict(d=int(d), C=int(C), beta=float(beta), gamma=float(gamma), steps=int(steps), lr=float(lr), seed=int(seed))
+    if init != 'etf': args['init'] = str(init)                          # the ETF start keeps the keys solves were stored under
+    solve = lambda: sse_c(d, C, beta=beta, gamma=gamma, steps=steps, lr=lr, seed=seed, init=init, rescale=init != 'etf')[0]
+    key = None if folder is None else _sse_c_key(**args)
+    if key is None: return solve()
     path = folder/f'sse_c-{hashlib.sha1(key.encode()).hexdigest()[:20]}.pt'
     try:
         e = load_checkpoint(path)
         if e['key'] == key and e['W'].shape == (d, C): return e['W']
     except Exception: pass                                              # missing, unreadable or another solve: solve again
-    W = sse_c(d, C, beta=beta, gamma=gamma, steps=steps, lr=lr, seed=seed)[0]
+    W = solve()
     try: save_checkpoint(path, {'key': key, 'W': W})
     except (OSError, DiskFullError): pass                               # a read-only or full disk: the run goes on uncached
     return W
@@ -127,7 +135,8 @@ def cached_sse_c(d: int, C: int, beta: float = 0.6, gamma: float = 1.0, steps: i
 def fixed_classifier(self: FedLoGe, d: int, C: int, seed: int) -> torch.Tensor:
     "The frozen d x C classifier: SSE-C (Eq. 5), the dense simplex ETF (Eq. 2), or another initialisation, optionally sparsified (Table 9)."
     kind, g = self.hp['classifier'], self.hp['gamma']
-    if kind == 'sse_c': return cached_sse_c(d, C, beta=self.hp['beta'], gamma=g, steps=self.hp['sse_steps'], lr=self.hp['sse_lr'], seed=seed)
+    if kind == 'sse_c': return cached_sse_c(d, C, beta=self.hp['beta'], gamma=g, steps=self.hp['sse_steps'], lr=self.hp['sse_lr'], seed=seed,
+                                            init=self.hp['sse_init'])
     if kind == 'etf' and not self.hp['sparse']: return simplex_etf(d, C, seed=seed) * g
     return fixed_init(d, C, kind, g, self.hp['beta'] if self.hp['sparse'] else 0.0, seed)
 

@@ -236,7 +236,7 @@ def seed_table(rows, metric: str, columns=('setting', 'label'), val_only: bool =
     return df.pivot(index='seed', columns=list(columns), values='_v') if len(df) else pd.DataFrame()
 
 def select_best(summary: list | None, by: str, within=('setting', 'method'), rows=None) -> list:
-    "Per `within` group, the summary row with the best mean of validation metric `by` (`summary` None: the groups of `rows` with a finished seed); with `rows`, the mean over the seeds every candidate finished (test metrics are never read)."
+    "Per `within` group, the summary row with the best mean of validation metric `by` (`summary` None: the groups of `rows` with a finished seed); with `rows`, the mean over the seeds every candidate finished; variants with a failed seed only if all have one (test metrics are never read)."
     if not by.startswith('val_'): raise ValueError(f"select_best chooses on validation metrics (val_*), got {by!r}: test metrics must not choose")
     if summary is None: summary = [r for r in aggregate(rows) if r['n_seeds']]
     val = lambda r: stable({k: r.get(k) for k in (by, f'{by}_lastk')}, by)
@@ -245,6 +245,7 @@ def select_best(summary: list | None, by: str, within=('setting', 'method'), row
     out = []
     for key in dict.fromkeys(tuple(r.get(w) for w in within) for r in summ):
         cands = [r for r in summ if tuple(r.get(w) for w in within) == key]
+        cands = [r for r in cands if not num(r.get('n_failed'))] or cands                        # a variant that diverged on a seed is out
         vals, cols, seeds = [val(r) for r in cands], [(r.get('setting') or '', run_label(r)) for r in cands], []
         if all(c in per_seed.columns for c in cols) and len(common := per_seed[cols].dropna()):   # the seeds every candidate finished
             vals, seeds = [float(np.mean(common[c].to_numpy())) for c in cols], list(common.index)
@@ -299,5 +300,5 @@ def selected_markdown(summary: list, rows: list, select=(('val_gm_acc', 'gm_acc'
                              f"{fmt_mean_std(stable(r, m), stable(r, m, True))}{mark} | {int(num(r.get('n_seeds')) or 0)} |" + (f" {dtxt} |" if reference else ''))
             lines.append('')
     lines.append("Numbers: mean ± std over seeds of the last-k mean; † = value after the post-training stage (one evaluation). "
-                 "A method's variants are compared on the seeds all of them finished (shown as 'on seeds'); the row then reports every finished seed of the chosen variant.")
+                 "A method's variants are compared on the seeds all of them finished (shown as 'on seeds'), a variant with a failed seed only if every variant has one; the row then reports every finished seed of the chosen variant.")
     return '\n'.join(lines)

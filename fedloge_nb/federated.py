@@ -25,10 +25,9 @@ _all_ = ['atomic_write', 'save_json', 'save_csv', 'save_checkpoint', 'load_check
 __all__ = ['METHODS', 'KINDS', 'PLUGINS', 'METHOD_MODULES', 'METHODS_ENV', 'FedConfig', 'derive_seed', 'seed_everything',
            'sample_clients', 'ClientData', 'client_datasets', 'weighted_average', 'ClientResult', 'register',
            'Algorithm', 'shared', 'local_sgd', 'FedAvg', 'Plugin', 'register_plugin', 'composable_bases', 'compose',
-           'method_modules', 'load_methods', 'get_method', 'matched_hp', 'make_algorithm', 'RunResult', 'last_k_means',
-           'hp_key', 'scalar_metrics', 'make_summary', 'environment', 'start_run', 'run_fl', 'check_run',
-           'atomic_write', 'save_json', 'save_csv', 'save_checkpoint', 'load_checkpoint', 'DivergenceError',
-           'check_finite', 'check_device', 'check_out', 'run_lock', 'evaluate', 'forward_batched']
+           'method_modules', 'load_methods', 'get_method', 'matched_hp', 'make_algorithm', 'atomic_write', 'save_json',
+           'save_csv', 'save_checkpoint', 'load_checkpoint', 'DivergenceError', 'check_finite', 'check_device',
+           'check_out', 'run_lock', 'evaluate', 'forward_batched']
 
 # %% ../nbs/04_federated.ipynb #98d60cf2
 @dataclass
@@ -459,196 +458,12 @@ def make_algorithm(cfg: FedConfig) -> Algorithm:
     cls = get_method(cfg.method)
     return cls(**{**cfg.hp, **matched_hp(cls, cfg)})
 
-# %% ../nbs/04_federated.ipynb #134502b8
-@dataclass
-class RunResult:
-    "Everything a finished run leaves: summary metrics, per-evaluation history, the trained method and client states."
-    summary: dict
-    history: list
-    algo: Algorithm
-    client_states: list
-    fed: object
-    clients: list
+# %% ../nbs/04_federated.ipynb #f1901dc7
+_ENGINE = ('RunResult', 'last_k_means', 'hp_key', 'scalar_metrics', 'make_summary', 'environment', 'start_run', 'run_fl', 'check_run')
 
-# %% ../nbs/04_federated.ipynb #f4fdc050
-def last_k_means(history: list, final: dict, k: int) -> dict:
-    "`{metric}_lastk`: mean of the last k evaluations, for every metric the post-training stage left unchanged."
-    out = {}
-    if not history: return out
-    last, tail = history[-1], history[-k:]
-    for m, v in final.items():
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or m not in last: continue
-        if not m.startswith(('gm_', 'pm_', 'val_gm_', 'val_pm_')) or m in ('pm_clients', 'val_pm_clients'): continue
-        lv = last[m]
-        if lv is None or v is None or not (math.isclose(float(lv), float(v), abs_tol=1e-9) or (math.isnan(lv) and math.isnan(v))): continue
-        vals = [float(h[m]) for h in tail if h.get(m) is not None and not math.isnan(float(h[m]))]
-        if vals: out[f'{m}_lastk'] = float(np.mean(vals))
-    return out
-
-# %% ../nbs/04_federated.ipynb #f001015d
-def hp_key(algo) -> str:
-    "The method's resolved hyperparameters (and its `revision` when > 0) as canonical JSON: a changed default or method must not resume silently."
-    rev, added = type(algo).revision, getattr(type(algo), 'hp_added', {})   # hp_added: switches added later, left out at their default
-    hp = {k: v for k, v in algo.hp.items() if not (k in added and v == added[k])}   # so checkpoints made before them still resume
-    return json.dumps({**hp, '_revision': rev} if rev else hp, sort_keys=True, default=str)
-
-# %% ../nbs/04_federated.ipynb #2c59751d
-def scalar_metrics(d: dict) -> dict:
-    "The entries of metrics `d` that are numbers or text, the columns of `history.csv` (lists such as `client_acc` go to the summary only)."
-    return {k: v for k, v in d.items() if not isinstance(v, (list, dict, tuple))}
-
-def _evaluate_all(algo, fed, clients, client_states) -> dict:
-    "Test and validation metrics plus the method's diagnostics."
-    m = evaluate(algo, fed, clients, client_states)
-    m.update(evaluate(algo, fed, clients, client_states, split='val'))
-    m.update(algo.diagnostics(fed, clients, client_states))
-    return m
-
-def _train_round(algo, cfg, clients, client_states, gstate, rnd):
-    results, ids = [], sample_clients(cfg.clients, cfg.frac, cfg.seed, rnd)
-    for k in ids:
-        if len(clients[k]) == 0: continue
-        s = derive_seed(cfg.seed, 'client', rnd, k)
-        torch.manual_seed(s)
-        r = algo.client_update(gstate, client_states[k], clients[k], cfg, s)
-        check_finite(rnd, cfg, {'shared': r.state, 'private': r.client_state}, client=k, loss=r.loss)
-        client_states[k] = r.client_state
-        results.append(r)
-    if results:
-        gstate = algo.aggregate(gstate, results)
-        check_finite(rnd, cfg, gstate)
-        algo.load_global(gstate)
-    losses = [r.loss for r in results if not math.isnan(r.loss)]
-    return gstate, (float(np.mean(losses)) if losses else float('nan')), len(results)
-
-# %% ../nbs/04_federated.ipynb #17c2023e
-def make_summary(cfg: FedConfig, fed, algo: Algorithm, final: dict, history: list, train_time: float, finish_time: float) -> dict:
-    "The content of `summary.json` (before the `own_*` keys): final metrics, last-k means, timings, hp and config."
-    return {'method': cfg.method, 'dataset': cfg.dataset, 'seed': cfg.seed, 'rounds': cfg.rounds, **final,
-            **last_k_means(history, final, cfg.last_k), 'last_k': cfg.last_k,
-            'train_time_s': round(train_time, 3), 'finish_time_s': round(finish_time, 3),
-            'sec_per_round': round(train_time / cfg.rounds, 4),
-            'shot_rule': fed.shot_rule, 'hp': algo.hp, 'revision': type(algo).revision, 'config': cfg.key(),
-            'environment': environment(algo.device)}
-
-def environment(device='cpu') -> dict:
-    "Where a run ran: torch and Python versions, processor, device (GPU name) and torch threads: the same seed gives the same numbers only on the same."
-    import platform
-    info = Path('/proc/cpuinfo')
-    names = [l.split(':', 1)[1].strip() for l in info.read_text().splitlines() if l.startswith('model name')] if info.exists() else []
-    cpu = names[0] if names else (platform.processor() or platform.machine())
-    dev = torch.device(device)
-    return {'torch': torch.__version__, 'python': platform.python_version(), 'machine': platform.machine(), 'cpu': cpu,
-            'device': torch.cuda.get_device_name(dev) if dev.type == 'cuda' else dev.type, 'threads': torch.get_num_threads()}
-
-def start_run(algo: Algorithm, fed, cfg: FedConfig) -> tuple[list, list, dict]:
-    "Build `algo` on `fed` and draw each client's initial state (seeded per client): (clients, client_states, global state)."
-    algo.device = torch.device(auto_device(cfg.device))
-    seed_everything(derive_seed(cfg.seed, 'build'))
-    algo.build(fed, cfg)
-    clients = client_datasets(fed, algo.device)
-    client_states = []
-    for k, d in enumerate(clients):
-        torch.manual_seed(derive_seed(cfg.seed, 'client_init', k))
-        client_states.append(algo.init_client_state(k, d))
-    return clients, client_states, algo.global_state()
-
-# %% ../nbs/04_federated.ipynb #6b4bf3dd
-def _open_out(out, cfg: FedConfig, fed, resume: bool):
-    "`out` as a Path, after checking it holds no run of another config (or, to resume, a run) and writing its `config.json`."
-    if out is None: return None
-    out, key = Path(out), cfg.key()
-    if (out/'config.json').exists():
-        old = json.loads((out/'config.json').read_text()).get('config')
-        if old != key:
-            diff = sorted(k for k in set(old or {}) | set(key) if (old or {}).get(k) != key.get(k))
-            raise ValueError(f"{out} holds a run with a different config (differs in {diff}); use another --out or delete the folder")
-    elif resume: raise FileNotFoundError(f"no run in {out} to resume (config.json missing): run without --resume")
-    save_json(out/'config.json', {'config': key, 'data': fed.config, 'device': cfg.device})
-    return out
-
-def _checkpoint(out, rnd, gstate, client_states, history, algo, cfg, train_time):
-    "Write `checkpoint.pt`: everything a resumed run needs to continue after round `rnd`."
-    save_checkpoint(out/'checkpoint.pt', {'round': rnd, 'global': gstate, 'clients': client_states, 'history': history,
-                                          'extra': algo.extra_state(), 'config': json.dumps(cfg.key(), sort_keys=True),
-                                          'hp': hp_key(algo), 'train_time': train_time})
-
-def _resume(out, cfg: FedConfig, algo) -> tuple:
-    "(global state, client states, history, round, train time) from `out/checkpoint.pt`, refused when config or hp differ."
-    if out is None: raise ValueError("resume=True needs an out folder")
-    ck = load_checkpoint(out/'checkpoint.pt')
-    if 'flower' in ck: raise ValueError(f"{out/'checkpoint.pt'} was written by --backend flower: resume it with --backend flower")
-    if ck.get('config') != json.dumps(cfg.key(), sort_keys=True):
-        raise ValueError(f"{out/'checkpoint.pt'} was written by a different config; delete it or use another --out")
-    if 'hp' in ck and ck['hp'] != hp_key(algo):
-        raise ValueError(f"{out/'checkpoint.pt'} was trained with hyperparameters {ck['hp']}, but the method's current defaults give "
-                         f"{hp_key(algo)} (a default changed): pass the old values with --hp, or start over without --resume")
-    algo.load_global({k: v.to(algo.device) for k, v in ck['global'].items()})
-    client_states = [{k: v.to(algo.device) if isinstance(v, torch.Tensor) else v for k, v in cs.items()} for cs in ck['clients']]
-    algo.load_extra_state(ck.get('extra', {}))
-    return algo.global_state(), client_states, ck['history'], ck['round'], ck.get('train_time', 0.0)
-
-# %% ../nbs/04_federated.ipynb #40df53d8
-def _finish(algo, fed, cfg: FedConfig, clients, client_states, history, train_time) -> tuple[list, dict]:
-    "The post-training stages, the final evaluation and the summary (plus `own_*`: the method's own post-training budget, with `--post_epochs`)."
-    own = None
-    if matched_hp(type(algo), cfg):                  # keep the pre-finish state: the method's own post-training budget runs on it too
-        own = copy.deepcopy(algo), copy.deepcopy(client_states)
-    seed_everything(derive_seed(cfg.seed, 'finish'))
-    t0 = time.perf_counter()
-    client_states = algo.finish(fed, cfg, clients, client_states)
-    finish_time = time.perf_counter() - t0
-    check_finite(cfg.rounds, cfg, {'post_training': client_states}, training=False)   # realignment / finetuning can diverge too
-    final = _evaluate_all(algo, fed, clients, client_states)
-    summary = make_summary(cfg, fed, algo, final, history, train_time, finish_time)
-    if own is not None:                              # the same trained model with the method's own post-training budget
-        oalgo, ostates = own
-        oalgo.hp.update({k: {**type(algo).defaults, **cfg.hp}[k] for k in matched_hp(type(algo), cfg)})
-        seed_everything(derive_seed(cfg.seed, 'finish'))
-        ostates = oalgo.finish(fed, cfg, clients, ostates)
-        summary.update({f'own_{k}': v for k, v in scalar_metrics(_evaluate_all(oalgo, fed, clients, ostates)).items()})
-        summary['own_hp'] = oalgo.hp
-    return client_states, summary
-
-# %% ../nbs/04_federated.ipynb #f43d4329
-def run_fl(cfg: FedConfig, fed=None, out=None, resume: bool = False, progress: bool = True, algo: Algorithm | None = None) -> RunResult:
-    "Train `cfg.method` on a federated dataset for `cfg.rounds` rounds and evaluate GM and PM."
-    cfg = cfg.validate()
-    check_device(cfg.device)
-    algo = make_algorithm(cfg) if algo is None else algo
-    if fed is None:
-        from fedloge_nb.data import make_fed_data
-        fed = make_fed_data(**cfg.data_args())
-    if len(fed.train_idx) != cfg.clients:
-        raise ValueError(f"the federated dataset has {len(fed.train_idx)} clients but cfg.clients={cfg.clients}")
-    out = _open_out(out, cfg, fed, resume)
-    clients, client_states, gstate = start_run(algo, fed, cfg)
-    history, start, train_time = [], 0, 0.0
-    if resume: gstate, client_states, history, start, train_time = _resume(out, cfg, algo)
-    bar = tqdm(range(start + 1, cfg.rounds + 1), desc=f'{cfg.method}', disable=not progress, initial=start, total=cfg.rounds)
-    for rnd in bar:
-        t0 = time.perf_counter()
-        gstate, loss, n_clients = _train_round(algo, cfg, clients, client_states, gstate, rnd)
-        train_time += time.perf_counter() - t0
-        if rnd % cfg.eval_every == 0 or rnd == cfg.rounds:
-            m = scalar_metrics(_evaluate_all(algo, fed, clients, client_states))
-            history.append({'round': rnd, 'train_loss': loss, 'clients': n_clients, 'train_time_s': round(train_time, 3), **m})
-            bar.set_postfix({k: f"{m[k]:.1f}" for k in ('gm_acc', 'pm_acc') if m.get(k) is not None})
-            if out is not None: save_csv(out/'history.csv', history)
-        if out is not None and (rnd % cfg.ckpt_every == 0 or rnd == cfg.rounds):
-            _checkpoint(out, rnd, gstate, client_states, history, algo, cfg, train_time)
-    client_states, summary = _finish(algo, fed, cfg, clients, client_states, history, train_time)
-    if out is not None:
-        if history: save_csv(out/'history.csv', history)
-        save_json(out/'summary.json', summary)
-    return RunResult(summary, history, algo, client_states, fed, clients)
-
-# %% ../nbs/04_federated.ipynb #g0a7d1e7
-def check_run(cfg: FedConfig, fed=None):
-    "Check config, device, data and the method's hyperparameter values (one build) before anything is written; returns the data."
-    cfg.validate(); check_device(cfg.device)
-    if fed is None:
-        from fedloge_nb.data import make_fed_data
-        fed = make_fed_data(**cfg.data_args())
-    start_run(make_algorithm(cfg), fed, cfg)
-    return fed
+def __getattr__(name):
+    "The round loop's names (`run_fl`, `RunResult`, ...), defined in `fedloge_nb.engine`, importable from here too."
+    if name in _ENGINE:
+        from fedloge_nb import engine
+        return getattr(engine, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,7 +9,8 @@ import argparse, statistics, time
 import torch
 import torch.nn.functional as F
 from fedloge_nb.data import make_fed_data
-from fedloge_nb.federated import FedConfig, FedAvg, start_run, _train_round
+from fedloge_nb.federated import FedConfig, FedAvg
+from fedloge_nb.engine import start_run, _train_round
 
 p = argparse.ArgumentParser()
 p.add_argument('--dataset', default='fmnist'); p.add_argument('--model', default='cnn')

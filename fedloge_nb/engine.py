@@ -4,20 +4,14 @@
 
 # %% ../nbs/04a_engine.ipynb #2a05837c
 from __future__ import annotations
-import contextlib, copy, csv, dataclasses, importlib, io, json, math, os, random, tempfile, time
-from dataclasses import dataclass, field, asdict
+import copy, csv, json, math, time
+from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 from tqdm.auto import tqdm
-from fastcore.basics import patch
-from .datasets import atomic_write  # the one atomic file write (cache, results, checkpoints)
-from .guards import (auto_device, save_json, save_csv, save_checkpoint, load_checkpoint, DivergenceError, check_finite,
-                               check_device, RUN_FILES, lock_holder, check_folder, check_out, clear_run, run_lock, check_history)
-from .evaluation import (group_accuracy, eval_mode, evaluate_global, client_scores, personal_scores, val_view, evaluate,
-                                   forward_batched)
+from .guards import auto_device, save_json, save_csv, save_checkpoint, load_checkpoint, check_finite, check_device
+from .evaluation import evaluate
 from .federated import *   # FedConfig, Algorithm, the registry, client data, seeds, sampling, aggregation
 
 

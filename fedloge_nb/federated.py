@@ -459,11 +459,9 @@ def make_algorithm(cfg: FedConfig) -> Algorithm:
     return cls(**{**cfg.hp, **matched_hp(cls, cfg)})
 
 # %% ../nbs/04_federated.ipynb #f1901dc7
-_ENGINE = ('RunResult', 'last_k_means', 'hp_key', 'scalar_metrics', 'make_summary', 'environment', 'start_run', 'run_fl', 'check_run')
-
 def __getattr__(name):
-    "The round loop's names (`run_fl`, `RunResult`, ...), defined in `fedloge_nb.engine`, importable from here too."
-    if name in _ENGINE:
+    "The round loop's names (`run_fl`, `RunResult`, ...: `engine.__all__`), defined in `fedloge_nb.engine`, importable from here too."
+    if not name.startswith('_'):
         from fedloge_nb import engine
-        return getattr(engine, name)
+        if name in getattr(engine, '__all__', ()): return getattr(engine, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,7 +9,8 @@ from fastcore.script import call_parse, anno_parser, bool_arg
 from .federated import run_fl, get_method, DivergenceError, check_run, check_folder, check_out, run_lock, clear_run, check_history
 from .commands import (COMMANDS, COMMAND_MODULES, register_command, load_commands, parse_hp, parse_list, hp_for,
                                  config_flags, command_config, check_names)
-from .sweep import compare_spec, expand, cell_state, run_grid, column_words
+from .sweep_file import expand
+from .sweep import compare_spec, cell_state, run_grid, column_words
 from .aggregate import summary_markdown
 
 

@@ -8,7 +8,8 @@ import json
 from pathlib import Path
 import numpy as np
 import pandas as pd
-from .sweep import load_spec, expand, cell_state, load_histories
+from .sweep_file import load_spec, expand
+from .sweep import cell_state, load_histories
 from .aggregate import rounds_to_reach, num, fmt_mean_std, fmt_values
 
 # %% auto #0

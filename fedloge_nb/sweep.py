@@ -4,7 +4,7 @@
 
 # %% ../nbs/15_sweep.ipynb #f6ce678e
 from __future__ import annotations
-import dataclasses, io, itertools, json, math, os, re, shutil, sys, time, tomllib, traceback
+import dataclasses, io, json, math, os, re, shutil, sys, time, traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 import numpy as np
@@ -15,202 +15,13 @@ from .guards import take_lock, release_lock
 from .commands import register_command, hp_for, check_names
 from .aggregate import (METRICS, run_label, is_metric, runs_frame, save_fig, rounds_to_reach, aggregate, summary_markdown, plot_bars,
                                   plot_sensitivity, plot_curves, label_histories, read_rows, read_history, selected_markdown)
+from .sweep_file import REPORT_DEFAULTS, SweepSpec, parse_spec, load_spec, Cell, expand, _v, _safe
+
 
 # %% auto #0
-__all__ = ['FIELDS', 'GRID_ALIASES', 'TOP_KEYS', 'REPORT_DEFAULTS', 'SHORT', 'HP_RENAMED', 'COMPARE_METRICS', 'SHOT_WORDS',
-           'COLUMN_WORDS', 'SweepSpec', 'parse_spec', 'load_spec', 'Cell', 'expand', 'current_names', 'same_config',
-           'stale_hp', 'cell_state', 'run_cell', 'cell_row', 'load_histories', 'write_plots', 'write_reports',
-           'claim_cell', 'run_cells', 'run_parallel', 'run_grid', 'sweep', 'setting_line', 'compare_spec',
-           'column_words']
-
-# %% ../nbs/15_sweep.ipynb #5956da09
-FIELDS = [f.name for f in dataclasses.fields(FedConfig)]
-GRID_ALIASES = {'methods': 'method', 'seeds': 'seed', 'datasets': 'dataset'}
-TOP_KEYS = ('name', 'description', 'out', 'base', 'grid', 'hp', 'report', 'meta', 'more_seeds')
-REPORT_DEFAULTS = dict(metrics=list(METRICS),
-                       curves=['gm_acc', 'pm_acc'], bars=['gm_acc', 'pm_acc'], sensitivity=[],
-                       converge_metric='gm_acc', converge_at=[], last_k=3, select=[], reference=None)
-
-def _unknown(where: str, keys, known):
-    bad = [k for k in keys if k not in known]
-    if bad: raise ValueError(f"unknown key {bad[0]!r} in {where}; known keys: {', '.join(known)}")
-
-@dataclass
-class SweepSpec:
-    "A parsed and checked sweep file: fixed settings, the grid, overrides, per-method hyperparameters, report options."
-    name: str
-    description: str = ''
-    out: str | None = None
-    base: dict = field(default_factory=dict)
-    grid: dict = field(default_factory=dict)        # FedConfig field -> list of values
-    overrides: list = field(default_factory=lambda: [{}])
-    hp: dict = field(default_factory=dict)          # method -> {hyperparameter: value}
-    report: dict = field(default_factory=lambda: dict(REPORT_DEFAULTS))
-    meta: dict = field(default_factory=dict)
-    more_seeds: list = field(default_factory=list)  # [{seeds, cells}]: extra seeds of some groups ('method[ variant]')
-
-    @property
-    def methods(self) -> list:
-        return list(self.grid.get('method', [self.base.get('method', 'fedavg')]))
-
-# %% ../nbs/15_sweep.ipynb #f1a0c001
-def _check_hp_keys(where: str, hp: dict, methods: list):
-    "Each key of an `hp` table: `METHOD.NAME` for a method of the grid that has NAME, or a bare NAME that some method of the grid takes."
-    for k in hp:
-        if '.' in k:
-            m, h = k.split('.', 1)
-            if m not in methods: raise ValueError(f"{where}: {k!r} names method {m!r}, which is not in the grid's methods {methods}")
-            _unknown(f"{where} (hyperparameters of {m})", [h], list(get_method(m).defaults))
-        elif not any(k in get_method(m).defaults for m in methods):
-            known = sorted({h for m in methods for h in get_method(m).defaults})
-            raise ValueError(f"unknown key {k!r} in {where}: no method of {methods} takes it; known keys: {', '.join(known)}")
-
-# %% ../nbs/15_sweep.ipynb #c9753744
-def _parse_grid(g: dict, base: dict, settable: list) -> tuple[dict, list]:
-    "The `[grid]` table as {FedConfig field: values} (aliases resolved) and its list of overrides, checked against `[base]`."
-    grid, overrides = {}, [{}]
-    for k, v in g.items():
-        if k == 'overrides':
-            if not isinstance(v, list) or not v or not all(isinstance(o, dict) for o in v):
-                raise ValueError("grid.overrides must be a non-empty list of tables, e.g. overrides = [{}, {hp = {gamma = 0.1}}]")
-            overrides = [dict(o) for o in v]; continue
-        f = GRID_ALIASES.get(k, k)
-        _unknown('[grid]', [f], settable + list(GRID_ALIASES) + ['overrides'])
-        if f in grid: raise ValueError(f"[grid] sets {f!r} twice (e.g. 'seed' and 'seeds'): keep one")
-        if not isinstance(v, list) or not v: raise ValueError(f"grid.{k} must be a non-empty list, e.g. {k} = [{v!r}]")
-        if f in base: raise ValueError(f"{f!r} is set in both [base] and [grid]: keep one")
-        grid[f] = list(v)
-    return grid, overrides
-
-# %% ../nbs/15_sweep.ipynb #9b7cd675
-def _check_known(methods: list, grid: dict, base: dict):
-    "Every method, dataset and model the grid can reach is registered (a ValueError naming the known ones otherwise)."
-    for m in methods: get_method(m)
-    for ds in grid.get('dataset', [base.get('dataset', 'fmnist')]): check_names(None, ds, None)
-    for mo in grid.get('model', [base.get('model', 'cnn')]): check_names(None, None, mo)
-
-def _check_overrides(overrides: list, settable: list, methods: list):
-    "Each override sets only config fields, a `label` and an `hp` table whose keys some method of the grid takes."
-    for i, o in enumerate(overrides):
-        _unknown(f'grid.overrides[{i}]', o, settable + ['hp', 'label'])
-        if not isinstance(o.get('hp', {}), dict): raise ValueError(f"grid.overrides[{i}].hp must be a table, e.g. hp = {{gamma = 0.1}}")
-        _check_hp_keys(f'grid.overrides[{i}].hp', o.get('hp', {}), methods)
-
-def _method_hp(tables: dict, methods: list) -> dict:
-    "The `[hp.METHOD]` tables, checked: each names a method of the grid and only hyperparameters that method has."
-    out = {}
-    for m, h in tables.items():
-        if m not in methods: raise ValueError(f"[hp.{m}]: {m!r} is not in the grid's methods {methods}")
-        if not isinstance(h, dict): raise ValueError(f"[hp.{m}] must be a table of hyperparameters")
-        _unknown(f'[hp.{m}]', h, list(get_method(m).defaults))
-        out[m] = dict(h)
-    return out
-
-# %% ../nbs/15_sweep.ipynb #a4db52c9
-def _parse_more_seeds(v) -> list:
-    "The `[[more_seeds]]` tables as [{'seeds': [int], 'cells': ['method[ variant]']}], checked."
-    if not isinstance(v, list) or not all(isinstance(t, dict) for t in v):
-        raise ValueError("more_seeds must be a list of tables: [[more_seeds]] seeds = [5, 6] cells = [\"fedloge gamma0.1\"]")
-    out = []
-    for t in v:
-        _unknown('[[more_seeds]]', t, ['seeds', 'cells'])
-        seeds, cells = t.get('seeds'), t.get('cells')
-        if not (isinstance(seeds, list) and seeds and all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)):
-            raise ValueError(f"more_seeds.seeds must be a non-empty list of integers, got {seeds!r}")
-        if not (isinstance(cells, list) and cells and all(isinstance(c, str) for c in cells)):
-            raise ValueError(f"more_seeds.cells must be a non-empty list of 'method[ variant]' names, got {cells!r}")
-        out.append(dict(seeds=list(seeds), cells=list(cells)))
-    return out
-
-# %% ../nbs/15_sweep.ipynb #d1ffae8b
-def parse_spec(d: dict, name: str = 'sweep') -> SweepSpec:
-    "Check a sweep dict (as read from TOML) and return a `SweepSpec`; unknown keys raise a ValueError naming them."
-    if not isinstance(d, dict): raise ValueError(f"a sweep must be a TOML table, got {type(d).__name__}")
-    _unknown('the sweep file', d, TOP_KEYS)
-    spec = SweepSpec(name=str(d.get('name', name)), description=str(d.get('description', '')), out=d.get('out'),
-                     meta=dict(d.get('meta', {})))
-    settable = [f for f in FIELDS if f != 'hp']
-    base = dict(d.get('base', {}))
-    if 'hp' in base: raise ValueError("[base] cannot hold 'hp': put method hyperparameters in [hp.METHOD] tables")
-    _unknown('[base]', base, settable)
-    spec.base, (spec.grid, spec.overrides) = base, _parse_grid(d.get('grid', {}), base, settable)
-    methods = spec.methods
-    _check_known(methods, spec.grid, base)
-    _check_overrides(spec.overrides, settable, methods)
-    spec.hp = _method_hp(d.get('hp', {}), methods)
-    rep = dict(d.get('report', {}))
-    _unknown('[report]', rep, list(REPORT_DEFAULTS))
-    spec.report = {**REPORT_DEFAULTS, **rep}
-    spec.more_seeds = _parse_more_seeds(d.get('more_seeds', []))
-    return spec
-
-# %% ../nbs/15_sweep.ipynb #e5c00001
-def load_spec(path) -> SweepSpec:
-    "Read and check a sweep TOML file (the sweep's name defaults to the file's stem)."
-    path = Path(path)
-    if not path.exists(): raise FileNotFoundError(f"no sweep file {path}: give the path of a .toml file (see experiments/)")
-    try: d = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as e: raise ValueError(f"{path} is not valid TOML: {e}") from None
-    return parse_spec(d, name=path.stem)
-
-# %% ../nbs/15_sweep.ipynb #249df0c1
-SHORT = {'imb_factor': 'if', 'alpha': 'a', 'clients': 'K', 'local_epochs': 'E', 'rounds': 'R', 'batch_size': 'B'}
-
-def _v(v) -> str:
-    if isinstance(v, float): return f"{v:g}"
-    if isinstance(v, bool): return str(v).lower()
-    return str(v)
-
-def _safe(s: str) -> str: return re.sub(r'[^A-Za-z0-9._=+-]+', '-', s).strip('-')
-
-@dataclass
-class Cell:
-    "One run of a sweep: its folder name, its seed-free group, its setting and variant labels and its `FedConfig`."
-    name: str
-    group: str
-    setting: str
-    variant: str
-    cfg: FedConfig
-
-# %% ../nbs/15_sweep.ipynb #e5c00002
-def _cell(spec: SweepSpec, seed: int, setting: dict, ov: dict, m: str) -> Cell:
-    "The cell of method `m` under override `ov` in the grid setting `setting` with `seed` (named from what it changes)."
-    ovf = {k: v for k, v in ov.items() if k not in ('hp', 'label')}
-    ohp = hp_for(m, ov.get('hp', {}), strict=False)
-    kw = {**spec.base, **setting, **ovf, 'method': m, 'seed': seed, 'hp': {**spec.hp.get(m, {}), **ohp}}
-    cfg = FedConfig(**kw).validate()
-    d = {**dataclasses.asdict(FedConfig()), **kw}
-    parts = [_v(d['dataset']), f"if{_v(d['imb_factor'])}", f"a{_v(d['alpha'])}"]
-    parts += [f"{SHORT.get(k, k)}{_v(v)}" for k, v in setting.items() if k not in ('dataset', 'imb_factor', 'alpha')]
-    variant = (ov.get('label') or '_'.join([f"{SHORT.get(k, k)}{_v(v)}" for k, v in ovf.items()] +
-                                           [f"{k}{_v(v)}" for k, v in ohp.items()])) if (ovf or ohp) else ''
-    group = _safe('_'.join(parts + [m] + ([variant] if variant else [])))
-    return Cell(f"{group}_s{seed}", group, _safe('_'.join(parts)), _safe(variant), cfg)
-
-def _label(c: Cell) -> str: return run_label({'method': c.cfg.method, 'variant': c.variant})   # the tables' 'method[ variant]'
-
-# %% ../nbs/15_sweep.ipynb #bbcf15ba
-def expand(spec: SweepSpec) -> list:
-    "All cells of a sweep (duplicates removed): seeds x settings x overrides x methods, then the `more_seeds` of some groups."
-    fixed = {k: v for k, v in spec.grid.items() if k not in ('method', 'seed')}
-    combos = [dict(zip(fixed, c)) for c in (itertools.product(*fixed.values()) if fixed else [()])]
-    every = lambda seeds: [_cell(spec, s, st, ov, m) for s in seeds for st in combos for ov in spec.overrides for m in spec.methods]
-    cand = every(spec.grid.get('seed', [spec.base.get('seed', 0)]))
-    for extra in spec.more_seeds:
-        known = list(dict.fromkeys(_label(c) for c in cand))
-        bad = [l for l in extra['cells'] if l not in known]
-        if bad: raise ValueError(f"more_seeds names {bad[0]!r}, not a group of the grid; known: {', '.join(known)}")
-        cand += [c for c in every(extra['seeds']) if _label(c) in extra['cells']]
-    cells, seen = [], {}
-    for c in cand:
-        key = json.dumps(c.cfg.key(), sort_keys=True)
-        if c.name in seen:
-            if seen[c.name] != key: raise ValueError(f"two different cells are both named {c.name!r}: give the overrides distinct 'label's")
-            continue
-        seen[c.name] = key; cells.append(c)
-    if len(set(seen.values())) != len(seen):
-        raise ValueError("two cells of the sweep have the same config under different names: remove the duplicate override")
-    return cells
+__all__ = ['HP_RENAMED', 'COMPARE_METRICS', 'SHOT_WORDS', 'COLUMN_WORDS', 'current_names', 'same_config', 'stale_hp',
+           'cell_state', 'run_cell', 'cell_row', 'load_histories', 'write_plots', 'write_reports', 'claim_cell',
+           'run_cells', 'run_parallel', 'run_grid', 'sweep', 'setting_line', 'compare_spec', 'column_words']
 
 # %% ../nbs/15_sweep.ipynb #be231b49
 def _read_json(path):

@@ -4,7 +4,7 @@
 
 # %% ../nbs/04a_engine.ipynb #2a05837c
 from __future__ import annotations
-import copy, csv, json, math, time
+import copy, json, math, time
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np

@@ -15,7 +15,6 @@ from .federated import (FedConfig, ClientResult, make_algorithm, start_run, samp
                         save_json, save_csv, scalar_metrics, DivergenceError)
 from .guards import save_checkpoint, load_checkpoint, lr_hint
 from .flower_client import *
-from .flower_client import _CLIENT, _BUILDS
 
 # %% auto #0
 __all__ = ['FlowerError', 'check_min_clients', 'Wake', 'send_and_receive', 'EngineStrategy', 'LocalGrid', 'make_server_app']

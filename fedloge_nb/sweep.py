@@ -4,16 +4,15 @@
 
 # %% ../nbs/15_sweep.ipynb #f6ce678e
 from __future__ import annotations
-import dataclasses, io, json, math, os, re, shutil, sys, time, traceback
-from dataclasses import dataclass, field
+import dataclasses, io, json, math, os, re, shutil, sys, traceback
 from pathlib import Path
 import numpy as np
 import pandas as pd
 from fastcore.script import call_parse, bool_arg, store_true
-from .federated import FedConfig, run_fl, get_method, save_json, save_csv, atomic_write, load_checkpoint, last_k_means, check_device, make_algorithm, hp_key
+from .federated import FedConfig, run_fl, save_json, save_csv, atomic_write, load_checkpoint, last_k_means, check_device, make_algorithm, hp_key
 from .guards import take_lock, release_lock
-from .commands import register_command, hp_for, check_names
-from .aggregate import (METRICS, run_label, is_metric, runs_frame, save_fig, rounds_to_reach, aggregate, summary_markdown, plot_bars,
+from .commands import register_command, hp_for
+from .aggregate import (is_metric, runs_frame, save_fig, rounds_to_reach, aggregate, summary_markdown, plot_bars,
                                   plot_sensitivity, plot_curves, label_histories, read_rows, read_history, selected_markdown)
 from .sweep_file import REPORT_DEFAULTS, SweepSpec, parse_spec, load_spec, Cell, expand, _v, _safe
 

@@ -31,7 +31,7 @@ data:
 	  else echo "warning: $(FMNIST) missing and no apt-get: Fashion-MNIST notebooks will fail (see data/README.md)"; fi; \
 	fi
 
-# headless Chromium for tests/test_docs.py (the site's images and links); installed only when missing and apt is available
+# headless Chromium for tests/test_docs.py (the site's images, links and equations); installed only when missing and apt is available
 docs-deps:
 	@if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1 && ! command -v google-chrome >/dev/null 2>&1; then \
 	  if command -v apt-get >/dev/null 2>&1; then \

@@ -14,6 +14,7 @@ setup(
     author=c['author'], author_email=c['author_email'], license=c['license'],
     url=c['git_url'], python_requires=f">={c['min_python']}",
     packages=find_packages(include=[c['lib_path'], c['lib_path'] + '.*']),
+    package_data={c['lib_path']: ['papers/*.csv', 'papers/*.md']},   # the papers' tables (fedloge_nb/papers/) ship with the package
     install_requires=req, extras_require={'dev': dev},
     entry_points={'console_scripts': scripts, 'nbdev': [f"{c['lib_path']}={c['lib_path']}._modidx:d"]},
     long_description=open('README.md', encoding='utf-8').read(), long_description_content_type='text/markdown',

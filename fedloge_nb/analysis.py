@@ -9,7 +9,10 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn as nn
-from .federated import FedConfig, RunResult, run_fl, load_checkpoint, forward_batched
+from .federated import FedConfig
+from .evaluation import forward_batched
+from .engine import RunResult, run_fl
+from .guards import load_checkpoint
 
 # %% auto #0
 __all__ = ['analysis_configs', 'tiny_configs', 'run_name', 'trained_run', 'features', 'class_mean_features', 'sorted_profiles',

@@ -9,15 +9,16 @@ from pathlib import Path
 import numpy as np
 import torch
 from fastcore.script import anno_parser, store_true
-from .federated import atomic_write
+from .datasets import atomic_write
 from .guards import save_png
-from .commands import parse_hp
+from .hparams import parse_hp
 from .etf import etf_stats
 from .realign import ga_fr
 from .analysis import analysis_configs, trained_run, features, class_mean_features, degeneration_summary, plot_degeneration, sorted_profiles
 from .pruning import pruning_curve, plot_pruning
 from .tsne import class_mean_angles, tsne_embed, plot_tsne
-from .norms import norm_count_correlation, client_norm_correlations, client_mode_accuracy, pm_table, plot_norms
+from .norms import client_norm_correlations, client_mode_accuracy, pm_table, plot_norms
+from .realign import norm_count_correlation
 from .realign_analysis import gm_groups, finetune_curve, plot_gm_groups, plot_client_pm, plot_finetune_curve
 
 # %% auto #0

@@ -9,9 +9,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.func import functional_call
-from .federated import (Algorithm, FedAvg, ClientResult, register, shared, local_sgd, weighted_average,
-                                  derive_seed, forward_batched)
+from .federated import Algorithm, FedAvg, ClientResult, register, shared, local_sgd, weighted_average, derive_seed
+from .evaluation import forward_batched
 from .models import bn_keys
+from .hparams import HP
 from .realign import mask_logits
 
 # %% auto #0
@@ -46,11 +47,8 @@ class FedProx(FedAvg):
     "FedProx (Li et al. 2020): local CE + mu/2 ||w - w_g||^2 toward the received global model; FedAvg aggregation."
     kind = 'generic'
     composable = True                  # its objective is `self.loss` + the proximal term: plug-ins compose (`fedprox+ecl`)
-    defaults = dict(mu=0.01, squared=True)
-
-    def __init__(self, **hp):
-        super().__init__(**hp)
-        if self.hp['mu'] < 0: raise ValueError(f"FedProx mu must be >= 0, got {self.hp['mu']}")
+    hparams = dict(mu=HP(0.01, 'weight of the proximal term toward the received global model', lo=0),
+                   squared=HP(True, 'the term is (mu/2)||w - w_g||^2 (the paper); False: mu ||w - w_g||'))
 
     def client_update(self, gstate, cstate, data, cfg, seed):
         model = self.local; model.load_state_dict(gstate, strict=False)
@@ -143,14 +141,11 @@ class FedPer(PartialFedAvg):
 class FedRep(AveragedPrivate):
     "FedRep (Collins et al. 2021): per round, head epochs on frozen features, then body epochs with the head frozen."
     kind = 'generic+personalised'
-    defaults = dict(head_epochs=10, body_epochs=None)
+    hparams = dict(head_epochs=HP(10, 'local epochs of the head on frozen features, each round', lo=0),
+                   body_epochs=HP(None, 'local epochs of the body with the head frozen, each round', type=int, lo=0,
+                                  none="the run's local_epochs"))
     primary_global = 'head_avg'
     server_view = 'head_avg'               # the generic model's head: the mean of the clients' heads
-
-    def __init__(self, **hp):
-        super().__init__(**hp)
-        for k in ('head_epochs', 'body_epochs'):
-            if self.hp[k] is not None and self.hp[k] < 0: raise ValueError(f"FedRep {k} must be >= 0, got {self.hp[k]}")
 
     def private(self, key): return key.startswith('head.')
 
@@ -185,12 +180,10 @@ class LGFedAvg(PartialFedAvg):
 class Ditto(FedAvg):
     "Ditto (Li et al. 2021): FedAvg global model + personal models v_k with lambda/2 ||v_k - w_g||^2 toward the received global."
     kind = 'generic+personalised'
-    defaults = dict(lam=0.1, personal_epochs=None)
+    hparams = dict(lam=HP(0.1, "weight of (lam/2)||v_k - w_g||^2, pulling the personal model toward the global one", lo=0),
+                   personal_epochs=HP(None, 'local epochs of the personal model v_k, each round', type=int, lo=0,
+                                      none="the run's local_epochs"))
     primary_personal = 'personal'
-
-    def __init__(self, **hp):
-        super().__init__(**hp)
-        if self.hp['lam'] < 0: raise ValueError(f"Ditto lam must be >= 0, got {self.hp['lam']}")
 
     def build(self, fed, cfg):
         super().build(fed, cfg)

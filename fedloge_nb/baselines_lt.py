@@ -9,7 +9,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from fastcore.basics import patch
-from .federated import FedAvg, ClientResult, register, shared, local_sgd, derive_seed, forward_batched
+from .hparams import HP
+from .federated import FedAvg, ClientResult, register, shared, local_sgd, derive_seed
+from .evaluation import forward_batched
 from .baselines import with_masked, sub_state, prefixed, forward_with
 
 # %% auto #0
@@ -28,12 +30,9 @@ def balanced_softmax_ce(logits: torch.Tensor, y: torch.Tensor, counts) -> torch.
 class FedRoD(FedAvg):
     "FedRoD (Chen & Chao 2022): body + generic head with balanced softmax (shared), personal head on detached features (local)."
     kind = 'generic+personalised'
-    defaults = dict(generic_loss='bsm')
+    hparams = dict(generic_loss=HP('bsm', "loss of the generic head: balanced softmax ('bsm', the paper's) or cross-entropy ('ce')",
+                                   choices=('bsm', 'ce')))
     primary_personal = 'personal'
-
-    def __init__(self, **hp):
-        super().__init__(**hp)
-        if self.hp['generic_loss'] not in ('bsm', 'ce'): raise ValueError(f"generic_loss must be 'bsm' or 'ce', got {self.hp['generic_loss']!r}")
 
     def init_client_state(self, k, data):
         h = self.net.head
@@ -70,13 +69,12 @@ def personal_logits(self: FedRoD, x, cstate, data):
 class LocalFinetune:
     "Mixin: after the last round, every client finetunes a copy of the global model (`ft_part` 'head' or 'all'); PM uses it."
     primary_personal = 'ft'
+    hparams = dict(ft_epochs=HP(5, 'local epochs of the finetuning after training', lo=0),
+                   ft_lr=HP(None, 'lr of the finetuning', type=float, lo=0, open_lo=True, none="the run's lr"),
+                   ft_part=HP('head', "what is finetuned: the 'head' or 'all' of the model", choices=('head', 'all')))
 
     @classmethod
     def post_hp(cls, epochs): return {'ft_epochs': int(epochs)}
-
-    def _check_ft(self):
-        if self.hp['ft_part'] not in ('head', 'all'): raise ValueError(f"ft_part must be 'head' or 'all', got {self.hp['ft_part']!r}")
-        if self.hp['ft_epochs'] < 0: raise ValueError(f"ft_epochs must be >= 0, got {self.hp['ft_epochs']}")
 
     def finish_rounds(self, cfg): return 1 if self.hp['ft_epochs'] > 0 else 0
 
@@ -99,8 +97,6 @@ class LocalFinetune:
 class FedBABU(LocalFinetune, FedAvg):
     "FedBABU (Oh et al. 2022): head frozen at its random init during FL, only the body is trained/averaged; head finetuned locally at the end."
     kind = 'generic+personalised'
-    defaults = dict(ft_epochs=5, ft_lr=None, ft_part='head')
-    def __init__(self, **hp): super().__init__(**hp); self._check_ft()
 
     def is_shared(self, key): return not key.startswith('head.')         # psi_0 is fixed and known to everyone
 
@@ -114,8 +110,7 @@ class FedBABU(LocalFinetune, FedAvg):
 class FedAvgFT(LocalFinetune, FedAvg):
     "FedAvg-FT: FedAvg, then every client finetunes the whole global model on its local data (PM)."
     kind = 'generic+personalised'
-    defaults = dict(ft_epochs=5, ft_lr=None, ft_part='all')
-    def __init__(self, **hp): super().__init__(**hp); self._check_ft()
+    hparams = {**LocalFinetune.hparams, 'ft_part': LocalFinetune.hparams['ft_part'].but(default='all')}
 
 # %% ../nbs/08a_baselines_lt.ipynb #b826e0c2
 def ratio_weights(net: nn.Module, xa: torch.Tensor, ya: torch.Tensor, num_classes: int, alpha: float = 1.0,
@@ -151,11 +146,9 @@ def aux_indices(y: torch.Tensor, per_class: int, seed: int) -> torch.Tensor:
 class RatioLoss(FedAvg):
     "Ratio Loss (Wang et al., AAAI 2021): CE weighted by ratio_alpha + ratio_beta * Ra_c, Ra monitored by the server on a balanced auxiliary set."
     kind = 'generic'
-    defaults = dict(ratio_alpha=1.0, ratio_beta=0.1, aux_per_class=32)
-
-    def __init__(self, **hp):
-        super().__init__(**hp)
-        if self.hp['aux_per_class'] < 1: raise ValueError(f"aux_per_class must be >= 1, got {self.hp['aux_per_class']}")
+    hparams = dict(ratio_alpha=HP(1.0, 'alpha of the class weights alpha + beta * Ra_c'),
+                   ratio_beta=HP(0.1, 'beta of the class weights alpha + beta * Ra_c'),
+                   aux_per_class=HP(32, "images per class of the server's balanced auxiliary set", lo=1))
 
     def build(self, fed, cfg):
         super().build(fed, cfg)
@@ -200,10 +193,7 @@ class FedLC(FedAvg):
     "FedLC (Zhang et al. 2022): local CE on logits calibrated by -tau * n_kc^(-1/4); raw logits at inference."
     kind = 'generic'
     composable = True                  # calibrates the logits of `train_forward`: plug-ins compose (`fedlc+ecl`)
-    defaults = dict(tau=1.0)
-    def __init__(self, **hp):
-        super().__init__(**hp)
-        if self.hp['tau'] < 0: raise ValueError(f"FedLC tau must be >= 0, got {self.hp['tau']}")
+    hparams = dict(tau=HP(1.0, 'strength of the calibration -tau * n_kc^(-1/4)', lo=0))
     def loss(self, model, xb, yb, data): return logit_calibrated_ce(self.train_forward(model, xb, yb, data)[1], yb, data.counts, self.hp['tau'])
     def personal_logits(self, x, cstate, data): return with_masked(self.global_logits(x), data.counts)
 
@@ -217,7 +207,7 @@ def tau_normalize(W: torch.Tensor, tau: float = 1.0, eps: float = 1e-12) -> torc
 class TauNorm(FedAvg):
     "FedAvg + tau-norm (Kang et al. 2020): head rows w_c / ||w_c||^tau at inference."
     kind = 'generic'
-    defaults = dict(tau=1.0)
+    hparams = dict(tau=HP(1.0, 'exponent of the row norm the head is divided by at inference', lo=0))
     primary_global = primary_personal = 'tau_norm'
 
     def global_logits(self, x):
@@ -239,7 +229,9 @@ def class_balanced_indices(y: torch.Tensor, n: int, generator=None) -> torch.Ten
 class LWS(FedAvg):
     "FedAvg + LWS (Kang et al. 2020): per-class logit scales learned on class-balanced local batches, averaged by the server."
     kind = 'generic'
-    defaults = dict(lws_epochs=10, lws_rounds=1, lws_lr=None)
+    hparams = dict(lws_epochs=HP(10, 'local epochs of the logit scales on class-balanced batches, each stage', lo=0),
+                   lws_rounds=HP(1, 'stages after training (clients learn scales, the server averages them)', lo=0),
+                   lws_lr=HP(None, 'lr of the scales', type=float, lo=0, open_lo=True, none="the run's lr"))
     primary_global = 'lws'
 
     @classmethod

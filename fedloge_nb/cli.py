@@ -6,9 +6,13 @@
 from __future__ import annotations
 import json, sys
 from fastcore.script import call_parse, anno_parser, bool_arg
-from .federated import run_fl, get_method, DivergenceError, check_run, check_folder, check_out, run_lock, clear_run, check_history
-from .commands import (COMMANDS, COMMAND_MODULES, register_command, load_commands, parse_hp, parse_list, hp_for,
-                                 config_flags, command_config, check_names)
+from .federated import get_method
+from .guards import DivergenceError, check_folder, check_out, run_lock, clear_run, check_history
+from .engine import run_fl, check_run
+from .commands import (COMMANDS, COMMAND_MODULES, register_command, load_commands, parse_list, hp_for,
+                                 config_flags, command_config, check_names, hp_help)
+from .hparams import parse_hp
+from .commands import backend_names, get_backend   # --backend: a runtime registers itself (chapter 07a)
 from .sweep_file import expand
 from .sweep import compare_spec, cell_state, run_grid, column_words
 from .aggregate import summary_markdown
@@ -21,7 +25,7 @@ __all__ = ['run', 'compare', 'main_job', 'main']
 @register_command
 @call_parse
 @config_flags()
-def run(hp: str = '',                    # method hyperparameters, e.g. 'beta=0.6,gamma=0.1'
+def run(hp: str = '',                    # method hyperparameters, e.g. 'beta=0.6,gamma=0.1' ('help': list the method's)
         out: str = 'runs/run',           # output folder
         resume: bool_arg = False,        # continue from OUT/checkpoint.pt
         overwrite: bool_arg = False,     # replace the run already in OUT (finished or not)
@@ -30,8 +34,9 @@ def run(hp: str = '',                    # method hyperparameters, e.g. 'beta=0.
         flower_workers: int = 2,         # --backend flower: Ray actors running clients in parallel
         **config) -> dict:               # every other flag: a `FedConfig` field (`config_flags`)
     "Train one federated method and write OUT/summary.json, history.csv, config.json."
-    if backend not in ('local', 'flower'): raise ValueError(f"--backend {backend!r}: use local (default) or flower")
+    if backend != 'local' and backend not in backend_names(): raise ValueError(f"--backend {backend!r}: use local (default) or {' or '.join(backend_names())}")
     if backend == 'flower' and flower_workers < 1: raise ValueError(f"--flower_workers {flower_workers}: need at least 1 Ray actor")
+    if hp.strip() == 'help': print(hp_help(config.get('method') or 'fedavg')); return {}   # --hp help: the method's table, nothing runs
     cfg = command_config(run, config, hp=parse_hp(hp))
     check_names(cfg.method, cfg.dataset, cfg.model)
     cfg.validate()
@@ -40,11 +45,11 @@ def run(hp: str = '',                    # method hyperparameters, e.g. 'beta=0.
     with run_lock(out):                                   # OUT/.lock: one process per folder
         if overwrite: clear_run(out)
         if resume and (note := check_history(out)): print(f"fedloge_nb run: {note}", file=sys.stderr)
-        if backend == 'flower':
-            from fedloge_nb.flower_simulation import run_flower, FlowerError
-            try: summary = run_flower(cfg, fed, out=out, workers=flower_workers, progress=progress, resume=resume)
-            except FlowerError as e: print(f"fedloge_nb run: error: {e}", file=sys.stderr); sys.exit(1)
-        else: summary = run_fl(cfg, fed, out=out, resume=resume, progress=progress).summary
+        if backend == 'local': summary = run_fl(cfg, fed, out=out, resume=resume, progress=progress).summary
+        else:
+            train, failed = get_backend(backend)          # its module (e.g. flower_simulation) imported now, registering it
+            try: summary = train(cfg, fed, out=out, workers=flower_workers, progress=progress, resume=resume)
+            except failed as e: print(f"fedloge_nb run: error: {e}", file=sys.stderr); sys.exit(1)
     keys = [k for k in ('gm_acc', 'gm_many', 'gm_med', 'gm_few', 'pm_acc', 'pm_acc_weighted') if summary.get(k) is not None]
     print(json.dumps({'method': cfg.method, 'out': str(out), **{k: round(summary[k], 2) for k in keys}}))
     return summary

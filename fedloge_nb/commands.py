@@ -8,10 +8,12 @@ import dataclasses, importlib, inspect, json, re, typing
 from fastcore.script import Param
 from fastcore.docments import docments
 from .federated import FedConfig, get_method
+from .hparams import hp_table
 
 # %% auto #0
-__all__ = ['COMMANDS', 'COMMAND_MODULES', 'register_command', 'load_commands', 'parse_hp', 'parse_list', 'hp_for', 'config_flags',
-           'command_config', 'check_names']
+__all__ = ['COMMANDS', 'COMMAND_MODULES', 'BACKENDS', 'BACKEND_MODULES', 'register_command', 'load_commands', 'register_backend',
+           'backend_names', 'get_backend', 'parse_list', 'hp_help', 'hp_for', 'config_flags', 'command_config',
+           'check_names']
 
 # %% ../nbs/07a_commands.ipynb #c0a1d2e8
 COMMANDS: dict = {}                   # command name -> `call_parse` function (`fedloge_nb NAME --flags`)
@@ -31,18 +33,26 @@ def load_commands(modules=None) -> dict:
             if e.name != m: raise
     return COMMANDS
 
-# %% ../nbs/07a_commands.ipynb #c0a1d2eb
-def parse_hp(s: str | None) -> dict:
-    "Parse 'k=v,k2=[a,b]' into a dict (JSON values where they parse; commas inside [...] belong to a list)."
-    out = {}
-    for part in re.split(r',(?![^\[]*\])', s or ''):
-        if not part.strip(): continue
-        if '=' not in part: raise ValueError(f"bad --hp entry {part!r}: write key=value, e.g. --hp 'beta=0.6,gamma=0.1'")
-        k, v = (t.strip() for t in part.split('=', 1))
-        try: out[k] = json.loads(v)
-        except json.JSONDecodeError: out[k] = v
-    return out
+# %% ../nbs/07a_commands.ipynb #b7c1e2a1
+BACKENDS: dict = {}                   # backend name -> (train function, the exceptions that mean "the job failed")
+BACKEND_MODULES = {'flower': 'fedloge_nb.flower_simulation'}   # backend name -> module whose import registers it
 
+def register_backend(name: str, fn, errors: tuple = ()):
+    "Add backend `name`: `fn(cfg, fed, out, workers, progress, resume) -> summary dict`; `errors`: its exceptions that mean the job failed."
+    BACKENDS[name] = (fn, tuple(errors))
+    return fn
+
+def backend_names() -> list:
+    "The backends `get_backend` knows: those registered and those `BACKEND_MODULES` registers on first use."
+    return list(dict.fromkeys([*BACKENDS, *BACKEND_MODULES]))
+
+def get_backend(name: str) -> tuple:
+    "(train function, failure exceptions) of backend `name`, importing its module (`BACKEND_MODULES`) on first use."
+    if name not in BACKENDS and name in BACKEND_MODULES: importlib.import_module(BACKEND_MODULES[name])
+    if name not in BACKENDS: raise ValueError(f"unknown backend {name!r}; known backends: {', '.join(backend_names())}")
+    return BACKENDS[name]
+
+# %% ../nbs/07a_commands.ipynb #c0a1d2eb
 def parse_list(s, flag: str, kind=str, example: str = 'a,b') -> list:
     "Split the comma-separated value of `--flag`; an empty, duplicated or mistyped entry raises a ValueError naming the flag and the form."
     form, what = f"--{flag} {example}", 'integers' if kind is int else 'names'
@@ -58,6 +68,11 @@ def parse_list(s, flag: str, kind=str, example: str = 'a,b') -> list:
     dup = next((v for i, v in enumerate(vals) if v in vals[:i]), None)
     if dup is not None: raise ValueError(f"--{flag} {s!r} lists {dup!r} twice: give each entry once, e.g. {form}")
     return vals
+
+def hp_help(method: str) -> str:
+    "What `--hp help` prints: the table of `method`'s hyperparameters (its `hparams`) and how to set them."
+    cls = get_method(method)
+    return (f"hyperparameters of {method} (set with --hp 'name=value,name=value'; a list as [a,b]):\n\n" + hp_table(cls.hparams))
 
 def hp_for(method: str, hp: dict, strict: bool = True) -> dict:
     "The hyperparameters of `hp` that apply to `method`."
@@ -105,7 +120,7 @@ def check_names(method=None, dataset=None, model=None):
     "Raise a ValueError naming the known ones when a method, dataset or model name is unknown (None: not checked)."
     if method is not None: get_method(method)
     if dataset is not None:
-        from fedloge_nb.data import DATASETS
+        from fedloge_nb.datasets import DATASETS
         if dataset not in DATASETS: raise ValueError(f"unknown dataset {dataset!r}; known datasets: {', '.join(DATASETS)}")
     if model is not None:
         from fedloge_nb.models import MODELS

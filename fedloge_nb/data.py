@@ -11,30 +11,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from fastcore.basics import patch
-from .datasets import (ArrayData, CACHE_VERSION, DATASETS, DataMissingError, DatasetInfo, FMNIST_FILES,
-                                 IMG_EXTS, arrays_from_train_test, cache_path, data_root, fmnist_source_dir,
-                                 load_dataset, load_folder, prepare_fmnist_raw, atomic_write, build_synthetic,
-                                 dataset_key)
+from .datasets import DATASETS, load_dataset, dataset_key
 from .partition import (SHOT_RULES, check_alpha, int_arg, check_imb_factor, dirichlet_partition, iid_partition,
-                                  local_test_counts, local_test_indices, long_tail_counts, long_tail_indices, partition_counts,
-                                  per_class_subsample, proportional_within_rounding, shard_partition, shot_groups)
+                                  local_test_indices, long_tail_counts, long_tail_indices, partition_counts,
+                                  per_class_subsample, shard_partition, shot_groups)
 
 # %% auto #0
 __all__ = ['PARTITIONS', 'AUGMENTS', 'FedData', 'balanced_holdout', 'stratified_holdout', 'make_fed_data', 'augment_batch',
-           'batches', 'long_tail_counts', 'long_tail_indices', 'dirichlet_partition', 'iid_partition',
-           'shard_partition', 'local_test_counts', 'local_test_indices', 'shot_groups', 'partition_counts',
-           'per_class_subsample', 'proportional_within_rounding', 'check_imb_factor', 'SHOT_RULES', 'ArrayData',
-           'CACHE_VERSION', 'DATASETS', 'DataMissingError', 'DatasetInfo', 'FMNIST_FILES', 'IMG_EXTS',
-           'arrays_from_train_test', 'cache_path', 'data_root', 'fmnist_source_dir', 'load_dataset', 'load_folder',
-           'prepare_fmnist_raw']
-
-# %% ../nbs/02b_data.ipynb #77ed8b39
-_all_ = ['long_tail_counts', 'long_tail_indices', 'dirichlet_partition', 'iid_partition', 'shard_partition',
-         'local_test_counts', 'local_test_indices', 'shot_groups', 'partition_counts', 'per_class_subsample',
-         'proportional_within_rounding', 'check_imb_factor', 'SHOT_RULES',
-         'ArrayData', 'CACHE_VERSION', 'DATASETS', 'DataMissingError', 'DatasetInfo', 'FMNIST_FILES', 'IMG_EXTS',
-         'arrays_from_train_test', 'cache_path', 'data_root', 'fmnist_source_dir', 'load_dataset', 'load_folder',
-         'prepare_fmnist_raw']
+           'batches']
 
 # %% ../nbs/02b_data.ipynb #ab8474cc
 PARTITIONS = ('dirichlet', 'iid', 'shard')

@@ -10,7 +10,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.func import functional_call
 from fastcore.basics import patch
-from .federated import Algorithm, ClientData, register, derive_seed, local_sgd, Plugin, register_plugin, eval_mode, forward_batched
+from .hparams import HP
+from .federated import Algorithm, ClientData, register, derive_seed, local_sgd, Plugin, register_plugin
+from .evaluation import eval_mode, forward_batched
 from .models import CNN, MLP, CifarResNet, ResNet
 from .realign import mask_logits
 from .baselines_lt import balanced_softmax_ce, class_balanced_indices
@@ -79,8 +81,13 @@ class _PartlyTrainable(nn.Module):
 class ECLPlugin(Plugin):
     "ECL's Phase II (Lv et al. 2024) after any base: per client a balanced-softmax retrained classifier and M experts on count-sorted class groups."
     slot, personalises = 'classifier', True           # it retrains the linear head; it adds personalised models
-    defaults = dict(M=2, lam=0.5, ft_epochs=5, expert_epochs=5, ft_lr=None, tail='undersample', lws_epochs=10)
-    hp_added = dict(lws_epochs=10)   # Table 3's LWS mode, added after results were recorded: out of hp_key at its default
+    hparams = dict(M=HP(2, 'number of experts, each on a group of classes sorted by local count', lo=1),
+                   lam=HP(0.5, 'weight of the experts against the retrained classifier in the ensemble (Eq. 6)', lo=0, hi=1),
+                   ft_epochs=HP(5, 'local epochs of the balanced-softmax classifier retraining', lo=0),
+                   expert_epochs=HP(5, 'local epochs of the experts', lo=0),
+                   ft_lr=HP(None, 'lr of Phase II', type=float, lo=0, open_lo=True, none="the run's lr"),
+                   tail=HP('undersample', "how an expert balances its classes: 'undersample' or 'oversample'", choices=('undersample', 'oversample')),
+                   lws_epochs=HP(10, "epochs of Table 3's LWS scales (0: no LWS mode)", lo=0))
 
     @classmethod
     def post_hp(cls, epochs):
@@ -92,13 +99,6 @@ class ECLPlugin(Plugin):
     @classmethod
     def refuses(cls, base):
         if base.finish_rounds is not Algorithm.finish_rounds: return f"{base.name} has its own post-training stage, which ECL's Phase II would replace"
-
-    def __init__(self, **hp):
-        super().__init__(**hp)
-        if int(self.hp['M']) < 1: raise ValueError(f"M={self.hp['M']}: ECL needs at least one expert")
-        if not 0 <= float(self.hp['lam']) <= 1: raise ValueError(f"lam={self.hp['lam']} must be in [0, 1] (Eq. 6)")
-        if self.hp['tail'] not in ('undersample', 'oversample'): raise ValueError(f"tail must be 'undersample' or 'oversample', got {self.hp['tail']!r}")
-        if int(self.hp['lws_epochs']) < 0: raise ValueError(f"lws_epochs={self.hp['lws_epochs']} must be >= 0 (0: no LWS mode)")
 
 # %% ../nbs/09b_ecl.ipynb #19cb1108
 @patch
@@ -203,4 +203,3 @@ def lws_scales(self: ECLPlugin, data, cstate, cfg, seed: int) -> torch.Tensor:
 class ECL(ECLPlugin, Algorithm):
     "ECL (Lv et al. 2024): FedAvg (Phase I), then the Phase II of `ECLPlugin`."
     kind = 'generic+personalised'
-    revision = 1                      # 1: balanced softmax with absent classes at -inf (was: zero counts -> 1)

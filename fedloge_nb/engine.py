@@ -12,12 +12,13 @@ import torch
 from tqdm.auto import tqdm
 from .guards import auto_device, save_json, save_csv, save_checkpoint, load_checkpoint, check_finite, check_device
 from .evaluation import evaluate
-from .federated import *   # FedConfig, Algorithm, the registry, client data, seeds, sampling, aggregation
+from .hparams import hp_key, revision   # the checkpoint key and a method's revision (chapter 03c: older results)
+from .federated import (FedConfig, Algorithm, client_datasets, sample_clients, derive_seed, seed_everything,
+                                  matched_hp, make_algorithm, round_config)
 
 
 # %% auto #0
-__all__ = ['RunResult', 'last_k_means', 'hp_key', 'scalar_metrics', 'make_summary', 'environment', 'start_run', 'run_fl',
-           'check_run']
+__all__ = ['RunResult', 'last_k_means', 'scalar_metrics', 'make_summary', 'environment', 'start_run', 'run_fl', 'check_run']
 
 # %% ../nbs/04a_engine.ipynb #134502b8
 @dataclass
@@ -45,13 +46,6 @@ def last_k_means(history: list, final: dict, k: int) -> dict:
         if vals: out[f'{m}_lastk'] = float(np.mean(vals))
     return out
 
-# %% ../nbs/04a_engine.ipynb #f001015d
-def hp_key(algo) -> str:
-    "The method's resolved hyperparameters (and its `revision` when > 0) as canonical JSON: a changed default or method must not resume silently."
-    rev, added = type(algo).revision, getattr(type(algo), 'hp_added', {})   # hp_added: switches added later, left out at their default
-    hp = {k: v for k, v in algo.hp.items() if not (k in added and v == added[k])}   # so checkpoints made before them still resume
-    return json.dumps({**hp, '_revision': rev} if rev else hp, sort_keys=True, default=str)
-
 # %% ../nbs/04a_engine.ipynb #2c59751d
 def scalar_metrics(d: dict) -> dict:
     "The entries of metrics `d` that are numbers or text, the columns of `history.csv` (lists such as `client_acc` go to the summary only)."
@@ -65,12 +59,12 @@ def _evaluate_all(algo, fed, clients, client_states) -> dict:
     return m
 
 def _train_round(algo, cfg, clients, client_states, gstate, rnd):
-    results, ids = [], sample_clients(cfg.clients, cfg.frac, cfg.seed, rnd)
+    results, ids, rcfg = [], sample_clients(cfg.clients, cfg.frac, cfg.seed, rnd), round_config(cfg, rnd)   # rcfg: this round's local lr
     for k in ids:
         if len(clients[k]) == 0: continue
         s = derive_seed(cfg.seed, 'client', rnd, k)
         torch.manual_seed(s)
-        r = algo.client_update(gstate, client_states[k], clients[k], cfg, s)
+        r = algo.client_update(gstate, client_states[k], clients[k], rcfg, s)
         check_finite(rnd, cfg, {'shared': r.state, 'private': r.client_state}, client=k, loss=r.loss)
         client_states[k] = r.client_state
         results.append(r)
@@ -88,7 +82,7 @@ def make_summary(cfg: FedConfig, fed, algo: Algorithm, final: dict, history: lis
             **last_k_means(history, final, cfg.last_k), 'last_k': cfg.last_k,
             'train_time_s': round(train_time, 3), 'finish_time_s': round(finish_time, 3),
             'sec_per_round': round(train_time / cfg.rounds, 4),
-            'shot_rule': fed.shot_rule, 'hp': algo.hp, 'revision': type(algo).revision, 'config': cfg.key(),
+            'shot_rule': fed.shot_rule, 'hp': algo.hp, 'revision': revision(type(algo)), 'config': cfg.key(),
             'environment': environment(algo.device)}
 
 def environment(device='cpu') -> dict:

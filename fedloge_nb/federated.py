@@ -13,21 +13,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 from fastcore.basics import patch
-from .datasets import atomic_write  # the one atomic file write (cache, results, checkpoints)
-from .guards import (auto_device, save_json, save_csv, save_checkpoint, load_checkpoint, DivergenceError, check_finite,
-                               check_device, RUN_FILES, lock_holder, check_folder, check_out, clear_run, run_lock, check_history)
-from .evaluation import (group_accuracy, eval_mode, evaluate_global, client_scores, personal_scores, val_view, evaluate,
-                                   forward_batched)
-_all_ = ['atomic_write', 'save_json', 'save_csv', 'save_checkpoint', 'load_checkpoint', 'DivergenceError', 'check_finite', 'check_device',
-         'check_out', 'run_lock', 'evaluate', 'forward_batched']  # importable from here too: the engine is where readers look for them
+from .hparams import HP, check_hp, hp_defaults
 
 # %% auto #0
-__all__ = ['METHODS', 'KINDS', 'PLUGINS', 'METHOD_MODULES', 'METHODS_ENV', 'FedConfig', 'derive_seed', 'seed_everything',
-           'sample_clients', 'ClientData', 'client_datasets', 'weighted_average', 'ClientResult', 'register',
-           'Algorithm', 'shared', 'local_sgd', 'FedAvg', 'Plugin', 'register_plugin', 'composable_bases', 'compose',
-           'method_modules', 'load_methods', 'get_method', 'matched_hp', 'make_algorithm', 'atomic_write', 'save_json',
-           'save_csv', 'save_checkpoint', 'load_checkpoint', 'DivergenceError', 'check_finite', 'check_device',
-           'check_out', 'run_lock', 'evaluate', 'forward_batched']
+__all__ = ['LR_SCHEDULES', 'METHODS', 'KINDS', 'PLUGINS', 'METHOD_MODULES', 'METHODS_ENV', 'FedConfig', 'lr_at', 'round_config',
+           'derive_seed', 'seed_everything', 'sample_clients', 'ClientData', 'client_datasets', 'weighted_average',
+           'ClientResult', 'register', 'Algorithm', 'shared', 'local_sgd', 'FedAvg', 'Plugin', 'register_plugin',
+           'composable_bases', 'compose', 'method_modules', 'load_methods', 'get_method', 'matched_hp',
+           'make_algorithm']
 
 # %% ../nbs/04_federated.ipynb #98d60cf2
 @dataclass
@@ -61,6 +54,9 @@ class FedConfig:
     val_frac: float = 0.0              # held-out validation: this fraction of each client's data (PM) + a balanced global set (GM)
     post_epochs: int | None = None     # matched post-training budget: local epochs of every method that adapts after training
     last_k: int = 3                    # summary also reports the mean of the last k evaluations (`*_lastk`)
+    lr_decay: float = 1.0              # local lr schedule: 'exp' multiplies the lr by this every round (1: constant), 'step' every lr_step rounds
+    lr_schedule: str = 'exp'           # exp (lr * lr_decay^(t-1)), step (lr * lr_decay^floor((t-1)/lr_step)) or cosine (to 0 at the last round)
+    lr_step: int = 1                   # rounds between two decays of the 'step' schedule
 
 # %% ../nbs/04_federated.ipynb #5e2cbffd
 @patch
@@ -76,6 +72,10 @@ def validate(self: FedConfig) -> 'FedConfig':
     if not (0 <= self.val_frac < 0.5): raise ValueError(f"val_frac={self.val_frac} is outside [0, 0.5): use e.g. --val_frac 0.1 (0 = no validation split)")
     if self.post_epochs is not None and int(self.post_epochs) < 0: raise ValueError(f"post_epochs={self.post_epochs}: need >= 0 (or leave it unset for each method's own budget)")
     if self.last_k < 1: raise ValueError(f"last_k={self.last_k}: need at least 1 evaluation to average")
+    if self.lr_schedule not in LR_SCHEDULES: raise ValueError(f"lr_schedule={self.lr_schedule!r}: use one of {', '.join(LR_SCHEDULES)}, e.g. --lr_schedule exp --lr_decay 0.99")
+    if not 0 < self.lr_decay <= 1: raise ValueError(f"lr_decay={self.lr_decay} is outside (0, 1]: use e.g. --lr_decay 0.99 (1 = constant lr)")
+    if self.lr_step < 1: raise ValueError(f"lr_step={self.lr_step}: need at least 1 round between two decays")
+    if self.lr_schedule == 'cosine' and self.lr_decay != 1: raise ValueError(f"lr_schedule='cosine' takes no lr_decay (got {self.lr_decay}): drop --lr_decay")
     return self
 
 # %% ../nbs/04_federated.ipynb #44e64fbb
@@ -92,9 +92,24 @@ def data_args(self: FedConfig) -> dict:
 def key(self: FedConfig) -> dict:
     "The config minus run-location fields: two runs with equal keys must give equal numbers."
     d = asdict(self); d.pop('device'); d.pop('eval_every'); d.pop('ckpt_every'); d.pop('last_k')
-    for k in ('val_frac', 'post_epochs'):              # fields added later: absent at their default, so older keys still match
+    for k in ('val_frac', 'post_epochs', 'lr_decay', 'lr_schedule', 'lr_step'):   # fields added later: absent at their default, so older keys still match
         if d[k] == getattr(FedConfig, k): d.pop(k)
     return json.loads(json.dumps(d))
+
+# %% ../nbs/04_federated.ipynb #54366435
+LR_SCHEDULES = ('exp', 'step', 'cosine')
+
+def lr_at(cfg: FedConfig, rnd: int) -> float:
+    "The local learning rate of round `rnd` (1-based) under the run's schedule."
+    t = int(rnd) - 1
+    if cfg.lr_schedule == 'cosine': return cfg.lr * 0.5 * (1 + math.cos(math.pi * t / max(cfg.rounds, 1)))
+    if cfg.lr_schedule == 'step': return cfg.lr * cfg.lr_decay ** (t // cfg.lr_step)
+    return cfg.lr * cfg.lr_decay ** t
+
+def round_config(cfg: FedConfig, rnd: int) -> FedConfig:
+    "The config clients train with in round `rnd`: `lr` from the schedule (the config itself when the lr is constant)."
+    lr = lr_at(cfg, rnd)
+    return cfg if lr == cfg.lr else dataclasses.replace(cfg, lr=lr)
 
 # %% ../nbs/04_federated.ipynb #1024369d
 def derive_seed(seed: int, *tags) -> int:
@@ -200,19 +215,22 @@ def register(name: str):
 class Algorithm:
     "Base class of federated methods; the defaults implement FedAvg's hooks."
     name = 'base'
-    defaults: dict = {}
+    hparams: dict = {}                # name -> HP (chapter 03c): the method's hyperparameters, declared once in its class body
+    defaults: dict = {}               # {name: default}, derived from `hparams` for every subclass
     has_global = True                 # set by `register` from `kind`: False for 'personalised' (GM is not applicable)
     kind = 'generic'                  # what the method trains: one of KINDS (each registered method declares it)
     primary_global = 'global'
     primary_personal = 'global'
-    revision = 0                      # bump when a code change alters the method's numbers: older results turn stale
     composable = False                # True (declared in the class body): a base that takes plug-ins (`BASE+PLUGIN`)
     aggregate_uses_client_state = False   # True: `aggregate` reads `r.client_state` (then a Flower client uploads it too)
 
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        if 'defaults' in vars(cls): raise TypeError(f"{cls.__name__}: declare hyperparameters as hparams = dict(name=HP(default, 'meaning', ...)), not defaults")
+        cls.defaults = hp_defaults(cls.hparams)                      # {name: default}, derived from the declaration
+
     def __init__(self, **hp):
-        unknown = set(hp) - set(self.defaults)
-        if unknown: raise ValueError(f"{type(self).__name__} got unknown hyperparameters {sorted(unknown)}; known: {sorted(self.defaults) or 'none'}")
-        self.hp = {**self.defaults, **hp}
+        self.hp = check_hp(type(self).hparams, hp, type(self).__name__)   # checked against the declaration: unknown names, types, ranges
         self.device = torch.device('cpu')
 
 # %% ../nbs/04_federated.ipynb #54139a31
@@ -360,13 +378,20 @@ class FedAvg(Algorithm):
 PLUGINS: dict = {}
 
 class Plugin:
-    "Base of plug-in mixins: `slot` (what it supplies; two plug-ins may not share one), `requires`, `personalises`, `defaults`."
+    "Base of plug-in mixins: `slot` (what it supplies; two plug-ins may not share one), `requires`, `personalises`, `hparams`."
     plugin = 'plugin'
     slot: str | None = None           # e.g. 'classifier': two classifier plug-ins cannot be combined
     requires: tuple = ()              # plug-ins that must come before this one in the name
     wraps: tuple = ()                 # slots this plug-in wraps: a plug-in filling one must come before it in the name
     personalises = False              # True: adds personalised models (a 'generic' base becomes 'generic+personalised')
-    defaults: dict = {}
+    hparams: dict = {}                # name -> HP: the plug-in's own hyperparameters (merged into the composed method's)
+    defaults: dict = {}               # derived from `hparams`
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        if issubclass(cls, Algorithm): return                          # a method built on a plug-in (ECL): Algorithm's hook did it
+        if 'defaults' in vars(cls): raise TypeError(f"{cls.__name__}: declare hyperparameters as hparams = dict(name=HP(default, 'meaning', ...)), not defaults")
+        cls.defaults = hp_defaults(cls.hparams)
 
     @classmethod
     def refuses(cls, base) -> str | None:
@@ -395,7 +420,7 @@ def compose(name: str):
     if not vars(B).get('composable'):
         raise ValueError(f"{name}: {base} does not route its objective through train_forward/loss, so plug-ins cannot change it; "
                          f"bases that take plug-ins: {', '.join(composable_bases())}")
-    P, slots, hp = [PLUGINS[p] for p in plugs], {}, dict(B.defaults)
+    P, slots, hp = [PLUGINS[p] for p in plugs], {}, dict(B.hparams)
     for i, p in enumerate(P):
         for r in p.requires:
             if r not in plugs[:i]: raise ValueError(f"{name}: {p.plugin} works on top of {r}: write {base}+{r}+{p.plugin}")
@@ -407,13 +432,11 @@ def compose(name: str):
             raise ValueError(f"{name}: {p.plugin} wraps the {PLUGINS[late[0]].slot} that {late[0]} supplies, so {late[0]} must come first: write {base}+{'+'.join(order)}")
         why = p.refuses(B)
         if why: raise ValueError(f"{name}: {why}")
-        clash = sorted(set(p.defaults) & set(hp))
+        clash = sorted(set(p.hparams) & set(hp))
         if clash: raise ValueError(f"{name}: hyperparameter(s) {clash} of {p.plugin} clash with those of {base}" + ''.join(f'+{q}' for q in plugs[:i]))
-        hp.update(p.defaults)
+        hp.update(p.hparams)
     kind = 'generic+personalised' if B.kind == 'generic' and any(p.personalises for p in P) else B.kind
-    body = dict(kind=kind, defaults=hp, composable=False, parts=(base, *plugs), __module__=B.__module__,
-                revision=max(getattr(c, 'revision', 0) for c in (B, *P)),
-                hp_added={k: v for c in (B, *P) for k, v in getattr(c, 'hp_added', {}).items()},   # every part's later switches
+    body = dict(kind=kind, hparams=hp, composable=False, parts=(base, *plugs), __module__=B.__module__,
                 __doc__=f"{base} with the plug-in(s) {', '.join(plugs)} (composed by `compose`).")
     return register(name)(type(name, (*reversed(P), B), body))
 
@@ -457,11 +480,3 @@ def make_algorithm(cfg: FedConfig) -> Algorithm:
     "Instantiate `cfg.method` with hyperparameters `cfg.hp` (and the matched post-training budget, if `cfg.post_epochs`)."
     cls = get_method(cfg.method)
     return cls(**{**cfg.hp, **matched_hp(cls, cfg)})
-
-# %% ../nbs/04_federated.ipynb #f1901dc7
-def __getattr__(name):
-    "The round loop's names (`run_fl`, `RunResult`, ...: `engine.__all__`), defined in `fedloge_nb.engine`, importable from here too."
-    if not name.startswith('_'):
-        from fedloge_nb import engine
-        if name in getattr(engine, '__all__', ()): return getattr(engine, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,7 +10,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.func import functional_call
 from fastcore.basics import patch
-from .federated import Algorithm, ClientResult, register, shared, derive_seed, local_sgd, forward_batched
+from .hparams import HP
+from .federated import Algorithm, ClientResult, register, shared, derive_seed, local_sgd
+from .evaluation import forward_batched
 from .models import make_backbone
 from .etf import simplex_etf
 from .baselines_lt import balanced_softmax_ce
@@ -51,10 +53,20 @@ def _feature_batches(backbone, data, H, batch_size: int, seed: int, epochs: int)
 class FedETF(Algorithm):
     "FedETF (Li et al., ICCV 2023): normalised projection onto a fixed C x C simplex ETF, balanced loss, Algorithm 2 finetuning."
     kind = 'generic+personalised'
-    defaults = dict(beta0=1.0, p_epochs=None, p_iters=20, etf_epochs=3, proj_epochs=3, etf_lr=0.1, proj_lr=0.05,
-                    proj_momentum=0.9, proj_wd=5e-4, personal='paper')
+    hparams = dict(
+        beta0=HP(1.0, 'initial value of the learnable temperature beta of the logits', lo=0, open_lo=True),
+        p_epochs=HP(None, "Algorithm 2, step 1: local epochs of the feature extractor with the balanced loss", type=int, lo=0,
+                    none="the run's local_epochs"),
+        p_iters=HP(20, 'Algorithm 2: iterations of (ETF epochs, projection epochs)', lo=0),
+        etf_epochs=HP(3, 'Algorithm 2: epochs of the personalised ETF per iteration', lo=0),
+        proj_epochs=HP(3, 'Algorithm 2: epochs of the projection layer per iteration', lo=0),
+        etf_lr=HP(0.1, 'lr of the personalised ETF', lo=0, open_lo=True),
+        proj_lr=HP(0.05, 'lr of the projection layer', lo=0, open_lo=True),
+        proj_momentum=HP(0.9, "momentum of the projection layer's SGD", lo=0, hi=1, open_hi=True),
+        proj_wd=HP(5e-4, "weight decay of the projection layer's SGD", lo=0),
+        personal=HP('paper', "Algorithm 2 as the paper's appendix writes it ('paper') or as the official code runs it ('reference')",
+                    choices=('paper', 'reference')))
     primary_global = 'global'
-    revision = 1                      # 1: balanced softmax with absent classes at -inf (was: zero counts -> 1)
     primary_personal = 'personal'
 
     @classmethod
@@ -64,10 +76,6 @@ class FedETF(Algorithm):
 
     def __init__(self, **hp):
         super().__init__(**hp)
-        if self.hp['personal'] not in ('paper', 'reference'):
-            raise ValueError(f"personal must be 'paper' (Algorithm 2 in the appendix of FedETF (Li et al., ICCV 2023)) or 'reference' (official code), got {self.hp['personal']!r}")
-        for k in ('p_iters', 'etf_epochs', 'proj_epochs'):
-            if int(self.hp[k]) < 0: raise ValueError(f"{k}={self.hp[k]} must be >= 0")
 
     def build_net(self, fed, cfg):
         bb = make_backbone(cfg.model, fed.in_channels, fed.img_size)

@@ -10,14 +10,15 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from fastcore.basics import patch
-from .federated import Algorithm, ClientResult, register, shared, derive_seed, forward_batched
+from .federated import Algorithm, ClientResult, register, shared, derive_seed
+from .evaluation import forward_batched
+from .hparams import HP
 from .models import make_backbone, make_head
 from .sse_c import sse_c, FixedClassifier, INIT_KINDS, dense_init, sparse_init
 from .etf import simplex_etf
 from .datasets import data_root
 from .guards import save_checkpoint, load_checkpoint, DiskFullError
-from .realign import ga_fr, la_fr, la_fr_dist, mask_logits, finetune_head, personal_logits
-from .norms import norm_count_correlation
+from .realign import ga_fr, la_fr, la_fr_dist, mask_logits, finetune_head, personal_logits, norm_count_correlation
 
 # %% auto #0
 __all__ = ['FedLoGeNet', 'dot_regression_loss', 'Projected', 'fixed_init', 'FedLoGe', 'sse_c_cache_dir', 'cached_sse_c']
@@ -58,30 +59,35 @@ def fixed_init(d: int, C: int, kind: str, gamma: float, beta: float = 0.0, seed:
 class FedLoGe(Algorithm):
     "FedLoGe (Xiao et al., ICLR 2024): SSE-C backbone + aggregated psi + local phi_k, then GA-FR / LA-FR."
     kind = 'generic+personalised'
-    defaults = dict(beta=0.6, gamma=4.0, sse_steps=10_000, sse_lr=1e-4, classifier='sse_c', ga_fr=True, la_fr=True,
-                    ft_epochs=5, ft_lr=None, personal='paper', sparse=False, dr_loss=False, proj=False, ft_curve=None, sse_init='etf')
-    hp_added = dict(sparse=False, dr_loss=False, proj=False, ft_curve=None, sse_init='etf')   # Table 8/9 switches, Fig. 5's curve: added after results were recorded
+    hparams = dict(
+        beta=HP(0.6, 'sparsity of SSE-C: the fraction of each column set to zero (Eq. 5)', lo=0, hi=1, open_hi=True),
+        gamma=HP(4.0, "target column norm of SSE-C (the norm Eq. 5's solution is rescaled to)", lo=0, open_lo=True),
+        sse_steps=HP(10_000, "gradient steps of Eq. 5's solve", lo=0),
+        sse_lr=HP(1e-4, "learning rate of Eq. 5's solve", lo=0, open_lo=True),
+        classifier=HP('sse_c', "the frozen classifier: SSE-C, or a fixed initialisation (Table 9)", choices=('sse_c',) + INIT_KINDS),
+        ga_fr=HP(True, 'GM reads the realigned psi of GA-FR (Eq. 6); False: psi as trained'),
+        la_fr=HP(True, 'PM reads LA-FR (Eq. 7) with the finetuned phi_k; False: phi_k alone'),
+        ft_epochs=HP(5, "local epochs of phi'_k's finetuning after training (stage 3)", lo=0),
+        ft_lr=HP(None, "lr of that finetuning; a list: candidates, chosen on validation data", type=float, lo=0, open_lo=True,
+                 none="the run's lr", form='one|list'),
+        personal=HP('paper', "how LA-FR combines psi and phi_k: 'paper' (Eq. 7) or 'reference' (the official code)", choices=('paper', 'reference')),
+        sparse=HP(False, 'sparsify the fixed initialisation with beta (Table 9; SSE-C is sparse already)'),
+        dr_loss=HP(False, 'train theta with the dot-regression loss instead of cross-entropy (Table 8)'),
+        proj=HP(False, 'a learnable d x d projection after the backbone (Table 8)'),
+        ft_curve=HP(None, "record phi'_k after these finetuning epochs (Fig. 5)", type=int, lo=0, none='no curve', form='list'),
+        sse_init=HP('etf', "where Eq. 5's solve starts (Table 9, read as 'Eq. 5 from that initialisation')", choices=INIT_KINDS))
 
     def __init__(self, **hp):
         super().__init__(**hp)
-        if self.hp['classifier'] not in ('sse_c',) + INIT_KINDS:
-            raise ValueError(f"classifier must be 'sse_c' or one of the fixed initialisations {INIT_KINDS}, got {self.hp['classifier']!r}")
         if self.hp['sparse'] and self.hp['classifier'] == 'sse_c':
             raise ValueError("sparse=True sparsifies a fixed initialisation (Table 9); SSE-C is sparse already: drop sparse or pick e.g. classifier='xavier'")
-        if self.hp['sse_init'] not in INIT_KINDS:
-            raise ValueError(f"sse_init (where Eq. 5's optimisation starts) must be one of {INIT_KINDS}, got {self.hp['sse_init']!r}")
         if self.hp['sse_init'] != 'etf' and self.hp['classifier'] != 'sse_c':
             raise ValueError(f"sse_init={self.hp['sse_init']!r} starts the SSE-C solve (Eq. 5), so it needs classifier='sse_c', got {self.hp['classifier']!r}")
-        if self.hp['personal'] not in ('paper', 'reference'): raise ValueError(f"personal must be 'paper' or 'reference', got {self.hp['personal']!r}")
         self.primary_global = 'ga_fr' if self.hp['ga_fr'] else 'psi'
         pm = 'la_fr' if self.hp['personal'] == 'paper' else 'la_fr_ref'
         self.primary_personal = pm if self.hp['la_fr'] else 'phi'
-        lrs = self.hp['ft_lr'] if isinstance(self.hp['ft_lr'], (list, tuple)) else [self.hp['ft_lr']]
-        if not lrs or any(l is not None and not float(l) > 0 for l in lrs):
-            raise ValueError(f"ft_lr must be a positive number, None (= the training lr) or a non-empty list of candidates, got {self.hp['ft_lr']!r}")
-        fc = self.hp['ft_curve']
-        if fc is not None and (len(lrs) > 1 or not all(isinstance(e, int) and e >= 0 for e in fc)):
-            raise ValueError(f"ft_curve must list epoch counts >= 0 and needs one ft_lr, got ft_curve={fc!r}, ft_lr={self.hp['ft_lr']!r}")
+        if self.hp['ft_curve'] is not None and isinstance(self.hp['ft_lr'], (list, tuple)) and len(self.hp['ft_lr']) > 1:
+            raise ValueError(f"ft_curve records the finetuning at one lr, but ft_lr lists {self.hp['ft_lr']!r}: give one ft_lr")
         self.ft_choice = {}
 
     def build(self, fed, cfg):

@@ -10,14 +10,18 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 from fastcore.basics import patch
-from .federated import (FedConfig, ClientResult, make_algorithm, start_run, sample_clients, derive_seed, check_finite,
-                        evaluate_global, personal_scores, val_view, make_summary, matched_hp, hp_key, seed_everything,
-                        save_json, save_csv, scalar_metrics, DivergenceError)
-from .guards import save_checkpoint, load_checkpoint, lr_hint
-from .flower_client import *
+from .federated import (FedConfig, ClientResult, make_algorithm, sample_clients, derive_seed, matched_hp,
+                                  seed_everything)
+from .hparams import hp_key
+from .evaluation import evaluate_global, personal_scores, val_view
+from .engine import start_run, make_summary, scalar_metrics
+from .guards import DivergenceError, check_finite, save_json, save_csv, save_checkpoint, load_checkpoint, lr_hint
+from .flower_client import (to_record, from_record, pack, unpack, own_hp, state_dir, trace_mark, client_train,
+                                      client_evaluate, client_finish, client_query)
 
 # %% auto #0
-__all__ = ['FlowerError', 'check_min_clients', 'Wake', 'send_and_receive', 'EngineStrategy', 'LocalGrid', 'make_server_app']
+__all__ = ['FlowerError', 'check_min_clients', 'Wake', 'send_and_receive', 'EngineStrategy', 'LocalGrid', 'quiet_flower',
+           'make_server_app']
 
 # %% ../nbs/16a_flower_server.ipynb #d0c9f3db
 class FlowerError(RuntimeError):
@@ -383,7 +387,7 @@ class LocalGrid:
         return out
 
 # %% ../nbs/16a_flower_server.ipynb #4efc5508
-def _quiet_flower():
+def quiet_flower():
     "Flower's INFO logs and telemetry off (errors still print)."
     import logging
     os.environ.setdefault('FLWR_TELEMETRY_ENABLED', '0')
@@ -391,7 +395,7 @@ def _quiet_flower():
 
 def _report_error(rc, out, e: BaseException):
     "Write `error.txt` (one line) where the deployment command looks for it: OUT and the deployment's own folder (a full OUT disk still reports)."
-    from fedloge_nb.federated import atomic_write
+    from fedloge_nb.datasets import atomic_write
     for d in (out, rc.get('status') or None):
         if d is None: continue
         try: Path(d).mkdir(parents=True, exist_ok=True); atomic_write(Path(d)/'error.txt', f"{type(e).__name__}: {e}\n")

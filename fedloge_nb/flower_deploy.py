@@ -9,7 +9,8 @@ from pathlib import Path
 from fastcore.basics import patch
 from .federated import FedConfig
 from .guards import pid_alive
-from .flower import FlowerError, check_min_clients, client_setup, make_client_app, trace_mark, _quiet_flower
+from .flower import FlowerError, check_min_clients, quiet_flower
+from .flower_client import client_setup, make_client_app, trace_mark
 
 # %% auto #0
 __all__ = ['APP_FILES', 'APP_ID', 'NODE_MAIN', 'tagged_processes', 'write_app', 'make_certificates', 'make_node_key', 'run_task',
@@ -101,7 +102,8 @@ APP_FILES = {
 'pyproject.toml': _APP_PYPROJECT,
 'fedloge_flower/__init__.py': '',
 'fedloge_flower/apps.py': '''"The Flower components of fedloge_nb: built from the package's Algorithm hooks (fedloge_nb.flower), nothing method-specific here."
-from fedloge_nb.flower import make_client_app, make_server_app
+from fedloge_nb.flower import make_server_app
+from fedloge_nb.flower_client import make_client_app
 
 server_app = make_server_app()
 client_app = make_client_app()
@@ -192,7 +194,7 @@ def serve_clientapps(address: str, parent_pid: int | None = None, wake_fd: int |
     from flwr.proto.runtime_pb2 import AcquireTaskRequest
     from flwr.supercore.app_utils import start_parent_process_monitor
     from flwr.supercore.constant import TaskType
-    _quiet_flower()
+    quiet_flower()
     client = None
     gone = lambda: bool(parent_pid) and not pid_alive(parent_pid)    # the SuperNode's process has ended
     if gone(): return                                                 # the SuperNode is gone already: nothing to serve
@@ -403,7 +405,7 @@ def run_deployment(cfg: FedConfig, out, port: int = 19090, timeout: float = 600.
 
 # %% ../nbs/16c_flower_deploy.ipynb #6e6fb60f
 from fastcore.script import call_parse, bool_arg
-from .cli import COMMANDS, config_flags
+from .commands import COMMANDS, config_flags
 
 @call_parse
 @config_flags()
@@ -419,8 +421,10 @@ def deploy(hp: str = '',                  # method hyperparameters, e.g. 'beta=0
            keep_logs: bool_arg = False,   # keep OUT/flower_logs after success
            **config) -> dict:             # every other flag: a `FedConfig` field
     "Run one method as a Flower deployment on this machine: a SuperLink and one SuperNode per client on 127.0.0.1, TLS and authenticated SuperNodes."
-    from fedloge_nb.commands import command_config, check_names, parse_hp
-    from fedloge_nb.federated import check_run, check_out, run_lock, clear_run, check_history
+    from fedloge_nb.commands import command_config, check_names
+    from fedloge_nb.hparams import parse_hp
+    from fedloge_nb.guards import check_out, run_lock, clear_run, check_history
+    from fedloge_nb.engine import check_run
     cfg = command_config(deploy, config, hp=parse_hp(hp))
     check_names(cfg.method, cfg.dataset, cfg.model); cfg.validate()
     check_min_clients(min_clients); check_run(cfg); check_out(out, cfg, resume=resume, overwrite=overwrite)

@@ -6,11 +6,13 @@
 from __future__ import annotations
 import contextlib, functools, inspect, os, sys
 from pathlib import Path
-from .federated import check_device
-from .flower import EngineStrategy, FlowerError, Wake, make_client_app, _quiet_flower
+from .guards import check_device
+from .commands import register_backend
+from .flower import EngineStrategy, FlowerError, Wake, quiet_flower
+from .flower_client import make_client_app
 
 # %% auto #0
-__all__ = ['RAY_INLINE', 'woken_simulation', 'run_flower']
+__all__ = ['RAY_INLINE', 'woken_simulation', 'run_flower', 'flower_backend']
 
 # %% ../nbs/16b_flower_simulation.ipynb #33f7bdcd
 RAY_INLINE = 8 << 20   # bytes: a task's argument or result up to this size travels inside the task, not through Ray's object store
@@ -79,7 +81,7 @@ def run_flower(cfg, fed=None, out=None, workers: int = 2, progress: bool = True,
     wake = Wake()
     for s in strategies: s.poll, s.wake, s.ahead = 0.1, wake, True   # in memory: a stored reply wakes the ServerApp (`poll`: a safety net)
     cfg = cfgs[0]
-    _quiet_flower()
+    quiet_flower()
     from flwr.serverapp import ServerApp
     from flwr.simulation import run_simulation
     box = {}
@@ -100,3 +102,10 @@ def run_flower(cfg, fed=None, out=None, workers: int = 2, progress: bool = True,
     if 'error' in box: raise box['error']
     if 'summary' not in box: raise FlowerError("the Flower simulation ended without a result (see the log above)")
     return box['summary'] if many else box['summary'][0]
+
+# %% ../nbs/16b_flower_simulation.ipynb #c4d2e3f1
+def flower_backend(cfg, fed, out=None, workers: int = 2, progress: bool = True, resume: bool = False) -> dict:
+    "`fedloge_nb run --backend flower`: `run_flower` on `workers` Ray actors; returns the summary."
+    return run_flower(cfg, fed, out=out, workers=workers, progress=progress, resume=resume)
+
+register_backend('flower', flower_backend, errors=(FlowerError,))

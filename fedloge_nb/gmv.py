@@ -9,8 +9,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from fastcore.basics import patch
-from .federated import (Algorithm, ClientResult, register, shared, derive_seed, local_sgd, weighted_average, forward_batched,
-                                  Plugin, register_plugin)
+from .hparams import HP
+from .federated import (Algorithm, ClientResult, register, shared, derive_seed, local_sgd, weighted_average, Plugin,
+                                  register_plugin)
+from .evaluation import forward_batched
 from .models import make_backbone
 from .etf import simplex_etf
 from .sse_c import FixedClassifier, sse_c
@@ -57,12 +59,11 @@ def gmv_update(memory: torch.Tensor, means: list, has: list) -> torch.Tensor:
 class FedAvgETFGMV(Algorithm):
     "FedAvg + fixed simplex ETF classifier + global memory vectors (Huang et al. 2023, Algorithm 1)."
     kind = 'generic'
-    defaults = dict(scale=1.0, gmv=True, a=0.5, warmup=50, mu=0.0)
-
-    def __init__(self, **hp):
-        super().__init__(**hp)
-        if self.hp['mu'] < 0: raise ValueError(f"mu={self.hp['mu']}: the FedProx coefficient must be >= 0")
-        if int(self.hp['warmup']) < 1: raise ValueError(f"warmup={self.hp['warmup']}: the warm-up round R_warm must be >= 1")
+    hparams = dict(scale=HP(1.0, 'the fixed ETF classifier is the simplex ETF times scale', lo=0, open_lo=True),
+                   gmv=HP(True, 'add the global memory vectors a * mu_y to the training features'),
+                   a=HP(0.5, 'weight a of the memory vectors'),
+                   warmup=HP(50, 'R_warm: the round from which the memory vectors are added', lo=1),
+                   mu=HP(0.0, "FedProx's proximal weight (0: FedAvg's local objective)", lo=0))
 
     def build_net(self, fed, cfg):
         bb = make_backbone(cfg.model, fed.in_channels, fed.img_size)
@@ -119,13 +120,13 @@ def aggregate(self: FedAvgETFGMV, gstate, results):
 class FedAvgETF(FedAvgETFGMV):
     "FedAvg with a fixed simplex ETF classifier, no memory vectors (Huang et al. 2023, Table 2, '+ETF')."
     kind = 'generic'
-    defaults = {**FedAvgETFGMV.defaults, 'gmv': False}
+    hparams = {**FedAvgETFGMV.hparams, 'gmv': FedAvgETFGMV.hparams['gmv'].but(default=False)}
 
 @register('fedprox_etf_gmv')
 class FedProxETFGMV(FedAvgETFGMV):
     "FedProx (squared proximal term) + fixed simplex ETF classifier + global memory vectors."
     kind = 'generic'
-    defaults = {**FedAvgETFGMV.defaults, 'mu': 0.01}
+    hparams = {**FedAvgETFGMV.hparams, 'mu': FedAvgETFGMV.hparams['mu'].but(default=0.01)}
 
 # %% ../nbs/09a_gmv.ipynb #a9e70001
 class FixedHeadNet(nn.Module):
@@ -139,7 +140,7 @@ class FixedHeadNet(nn.Module):
 class ETFPlugin(Plugin):
     "Plug-in: the base's linear head replaced by a fixed simplex ETF times `scale` (Huang et al. 2023); only theta learns."
     slot = 'classifier'
-    defaults = dict(scale=1.0)
+    hparams = dict(scale=HP(1.0, 'the fixed classifier is the simplex ETF times scale', lo=0, open_lo=True))
 
     def fixed_classifier(self, d: int, C: int, cfg) -> torch.Tensor:
         "The d x C fixed classifier (the seed tag of `fedavg_etf`: the same matrix)."
@@ -157,7 +158,10 @@ class ETFPlugin(Plugin):
 @register_plugin('sse_c')
 class SSECPlugin(ETFPlugin):
     "Plug-in: FedLoGe's frozen sparse ETF classifier SSE-C (Eq. 5, FedLoGe's defaults and seed tag) in place of the dense ETF."
-    defaults = dict(beta=0.6, gamma=4.0, sse_steps=10_000, sse_lr=1e-4)
+    hparams = dict(beta=HP(0.6, 'sparsity of SSE-C (Eq. 5)', lo=0, hi=1, open_hi=True),
+                   gamma=HP(4.0, 'target column norm of SSE-C', lo=0, open_lo=True),
+                   sse_steps=HP(10_000, "gradient steps of Eq. 5's solve", lo=0),
+                   sse_lr=HP(1e-4, "learning rate of Eq. 5's solve", lo=0, open_lo=True))
     def fixed_classifier(self, d, C, cfg):
         return sse_c(d, C, beta=self.hp['beta'], gamma=self.hp['gamma'], steps=int(self.hp['sse_steps']), lr=self.hp['sse_lr'],
                      seed=derive_seed(cfg.seed, 'sse_c') % (2**31))[0]
@@ -167,11 +171,8 @@ class SSECPlugin(ETFPlugin):
 class GMVPlugin(Plugin):
     "Plug-in: global memory vectors a * mu_y added to the training features from round `warmup` (Huang et al. 2023, Algorithm 1)."
     wraps = ('classifier',)           # a classifier plug-in (etf, sse_c) comes before gmv in the name
-    defaults = dict(a=0.5, warmup=50)
-
-    def __init__(self, **hp):
-        super().__init__(**hp)
-        if int(self.hp['warmup']) < 1: raise ValueError(f"warmup={self.hp['warmup']}: the warm-up round R_warm must be >= 1")
+    hparams = dict(a=HP(0.5, 'weight a of the memory vectors'),
+                   warmup=HP(50, 'R_warm: the round from which the memory vectors are added', lo=1))
 
     def build_net(self, fed, cfg):
         net = super().build_net(fed, cfg)

@@ -7,37 +7,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 import torch.nn as nn
-from .realign import mask_logits
-from .federated import eval_mode
+from .realign import mask_logits, norm_count_correlation
+from .evaluation import eval_mode
 
 # %% auto #0
-__all__ = ['norm_count_correlation', 'client_norm_correlations', 'client_mode_accuracy', 'pm_table', 'plot_norms']
-
-# %% ../nbs/13_norms.ipynb #d87f11c8
-def _flat(a: np.ndarray) -> bool:
-    "Constant up to float32 rounding (relative spread <= 1e-6)."
-    return len(a) < 2 or np.ptp(a) <= 1e-6 * max(np.abs(a).max(), 1e-300)
-
-def _corr(a: np.ndarray, b: np.ndarray) -> float:
-    "Pearson correlation, NaN when either side is constant (up to rounding) or has < 2 entries."
-    if _flat(a) or _flat(b): return float('nan')
-    return float(np.corrcoef(a, b)[0, 1])
-
-def _ranks(a: np.ndarray) -> np.ndarray:
-    "Ranks with ties averaged (as in Spearman's rho)."
-    from scipy.stats import rankdata
-    return rankdata(a)
-
-def norm_count_correlation(head, counts, exclude_zero: bool = False) -> dict:
-    "Spearman, Pearson and Pearson-vs-log-count correlations of the row norms of a C x d head with class counts (C,)."
-    W = torch.as_tensor(head, dtype=torch.float64); n = np.asarray(torch.as_tensor(counts, dtype=torch.float64))
-    if W.ndim != 2 or W.shape[0] != len(n): raise ValueError(f"head must be C x d with one row per class and counts of length C; got {tuple(W.shape)} and {len(n)} counts (transpose a d x C classifier)")
-    norms = W.norm(dim=1).numpy()
-    keep = n > 0 if exclude_zero else np.ones(len(n), bool)
-    a, b = norms[keep], n[keep]
-    pos = b > 0
-    return dict(spearman=float('nan') if _flat(a) or _flat(b) else _corr(_ranks(a), _ranks(b)), pearson=_corr(a, b),
-                pearson_log=_corr(a[pos], np.log(b[pos])), classes=int(keep.sum()))
+__all__ = ['client_norm_correlations', 'client_mode_accuracy', 'pm_table', 'plot_norms']
 
 # %% ../nbs/13_norms.ipynb #1fda545f
 def client_norm_correlations(client_states: list, client_counts, key: str = 'phi', exclude_zero: bool = False) -> list:

@@ -10,6 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.func import functional_call
 from fastcore.basics import patch
+from .hparams import HP
 from .federated import (Algorithm, FedAvg, ClientResult, register, shared, local_sgd, get_method, METHODS, PLUGINS)
 from . import baselines, baselines_lt, gmv, ecl   # the bases FedProx, FedLC and the plug-ins etf, gmv, sse_c, ecl
 
@@ -39,14 +40,8 @@ class SCAFFOLD(FedAvg):
     "SCAFFOLD (Karimireddy et al., ICML 2020): local gradients corrected by c - c_i, option II control variates, server lr eta_g."
     kind = 'generic'
     composable = True
-    defaults = dict(eta_g=1.0, local_lr=None)         # local_lr None: the run's lr
-    hp_added = dict(local_lr=None)                    # added after checkpoints were made: out of hp_key at its default
-
-    def __init__(self, **hp):
-        super().__init__(**hp)
-        if not float(self.hp['eta_g']) > 0: raise ValueError(f"eta_g={self.hp['eta_g']}: SCAFFOLD's server learning rate must be > 0")
-        if self.hp['local_lr'] is not None and not float(self.hp['local_lr']) > 0:
-            raise ValueError(f"local_lr={self.hp['local_lr']}: SCAFFOLD's local learning rate must be > 0 (or None for the run's lr)")
+    hparams = dict(eta_g=HP(1.0, "the server's learning rate eta_g", lo=0, open_lo=True),
+                   local_lr=HP(None, "the clients' learning rate eta_l (the lr screens)", type=float, lo=0, open_lo=True, none="the run's lr"))
 
     def build(self, fed, cfg):
         super().build(fed, cfg)
@@ -126,14 +121,10 @@ class FedNova(FedAvg):
 class FedOpt(FedAvg):
     "FedOpt (Reddi et al., ICLR 2021): an adaptive server step x <- x + eta m / (sqrt(v) + tau) on the pseudo-gradient Delta."
     kind = 'generic'
-    defaults = dict(eta=1e-2, beta1=0.9, beta2=0.99, tau=1e-3)
-
-    def __init__(self, **hp):
-        super().__init__(**hp)
-        if not float(self.hp['eta']) > 0: raise ValueError(f"eta={self.hp['eta']}: the server learning rate must be > 0")
-        if not float(self.hp['tau']) > 0: raise ValueError(f"tau={self.hp['tau']}: the adaptivity must be > 0")
-        for b in ('beta1', 'beta2'):
-            if b in self.hp and not 0 <= float(self.hp[b]) < 1: raise ValueError(f"{b}={self.hp[b]} must be in [0, 1)")
+    hparams = dict(eta=HP(1e-2, "the server's learning rate", lo=0, open_lo=True),
+                   beta1=HP(0.9, 'decay of the first moment m', lo=0, hi=1, open_hi=True),
+                   beta2=HP(0.99, 'decay of the second moment v', lo=0, hi=1, open_hi=True),
+                   tau=HP(1e-3, 'the adaptivity: added to sqrt(v)', lo=0, open_lo=True))
 
     def second_moment(self, v, d2): raise NotImplementedError
 
@@ -179,7 +170,7 @@ class FedAdagrad(FedOpt):
     "FedAdagrad: v <- v + Delta^2."
     kind = 'generic'
     composable = True
-    defaults = dict(eta=1e-1, beta1=0.9, tau=1e-3)
+    hparams = {'eta': FedOpt.hparams['eta'].but(default=1e-1), 'beta1': FedOpt.hparams['beta1'], 'tau': FedOpt.hparams['tau']}   # no beta2
     def second_moment(self, v, d2): return v + d2
 
 # %% ../nbs/08b_optimisers.ipynb #2bd1bcdb
@@ -194,12 +185,11 @@ class MOON(FedAvg):
     "MOON (Li et al., CVPR 2021): CE + mu * model-contrastive loss of the local, global and previous local representations."
     kind = 'generic'
     composable = True
-    defaults = dict(mu=5.0, temperature=0.5)
+    hparams = dict(mu=HP(5.0, 'weight of the model-contrastive loss', lo=0),
+                   temperature=HP(0.5, 'temperature of the contrastive softmax', lo=0, open_lo=True))
 
     def __init__(self, **hp):
         super().__init__(**hp)
-        if float(self.hp['mu']) < 0: raise ValueError(f"mu={self.hp['mu']}: MOON's contrastive weight must be >= 0")
-        if not float(self.hp['temperature']) > 0: raise ValueError(f"temperature={self.hp['temperature']} must be > 0")
         self._anchors = None
 
     def build(self, fed, cfg):

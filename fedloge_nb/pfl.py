@@ -9,7 +9,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from fastcore.basics import patch
-from .federated import Algorithm, FedAvg, ClientResult, register, local_sgd, derive_seed, forward_batched
+from .hparams import HP
+from .federated import Algorithm, FedAvg, ClientResult, register, local_sgd, derive_seed
+from .evaluation import forward_batched
 from .baselines import with_masked, sub_state, prefixed, forward_with
 
 # %% auto #0
@@ -87,16 +89,12 @@ def hn_update(state: dict, i: int, trained: dict, layers: list, params, norm: st
 class PFedLA(Algorithm):
     "pFedLA (Ma et al. 2022): theta_hat_i = layer-wise sum_j alpha_ij theta_j with alpha_i from client i's server-side hypernetwork."
     kind = 'personalised'
-    defaults = dict(hn_lr=5e-3, embed_dim=100, hidden_dim=100, norm='softmax')
+    hparams = dict(hn_lr=HP(5e-3, "the hypernetworks' server learning rate", lo=0),
+                   embed_dim=HP(100, "size of a client's embedding, the hypernetwork's input", lo=1),
+                   hidden_dim=HP(100, "width of the hypernetwork's hidden layer", lo=1),
+                   norm=HP('softmax', "how a layer's weights alpha_ij are normalised: 'softmax' (the paper) or 'relu' (the reimplementation's)",
+                           choices=('softmax', 'relu')))
     primary_personal = 'personal'
-
-    def __init__(self, **hp):
-        super().__init__(**hp)
-        if not float(self.hp['hn_lr']) >= 0: raise ValueError(f"pFedLA hn_lr (the hypernetworks' server learning rate) must be >= 0, got {self.hp['hn_lr']}")
-        for k in ('embed_dim', 'hidden_dim'):
-            if int(self.hp[k]) < 1: raise ValueError(f"pFedLA {k} must be a positive int, got {self.hp[k]}")
-        if self.hp['norm'] not in ('softmax', 'relu'):
-            raise ValueError(f"pFedLA norm must be 'softmax' (default) or 'relu' (the reimplementation's), got {self.hp['norm']!r}")
 
     def build(self, fed, cfg):
         super().build(fed, cfg)
@@ -204,20 +202,15 @@ def afa_batch(head, h, y, counts, p: float = 0.5, rule: str = 'majority', genera
 class FedAFA(FedAvg):
     "FedAFA (Lu et al. 2023): FedAvg, then per client a classifier trained on balanced batches whose minority rows are adversarially translated majority features."
     kind = 'generic+personalised'
-    defaults = dict(afa_epochs=1, afa_lr=0.005, afa_c=0.6, afa_p=0.5, afa_steps=10, afa_step_size=0.5, afa_seed_rule='majority')
+    hparams = dict(afa_epochs=HP(1, "local epochs of the personal classifier after training", lo=0),
+                   afa_lr=HP(0.005, "lr of the personal classifier", lo=0, open_lo=True),
+                   afa_c=HP(0.6, "weight of the augmented batch's loss", lo=0, hi=1),
+                   afa_p=HP(0.5, "acceptance threshold on the global model's probability of the target class", lo=0, hi=1, open_hi=True),
+                   afa_steps=HP(10, 'steps of the adversarial translation of a feature', lo=0),
+                   afa_step_size=HP(0.5, 'step size of that translation', lo=0),
+                   afa_seed_rule=HP('majority', "which features are translated: 'majority' (the paper, after M2m) or 'code' (the authors' code)",
+                                    choices=('majority', 'code')))
     primary_personal = 'personal'
-
-    def __init__(self, **hp):
-        super().__init__(**hp)
-        h = self.hp
-        if int(h['afa_epochs']) < 0: raise ValueError(f"FedAFA afa_epochs must be >= 0, got {h['afa_epochs']}")
-        if not float(h['afa_lr']) > 0: raise ValueError(f"FedAFA afa_lr must be > 0, got {h['afa_lr']}")
-        if not 0 <= float(h['afa_c']) <= 1: raise ValueError(f"FedAFA afa_c (weight of the augmented batch's loss) must be in [0, 1], got {h['afa_c']}")
-        if not 0 <= float(h['afa_p']) < 1: raise ValueError(f"FedAFA afa_p (acceptance threshold on the global model's probability) must be in [0, 1), got {h['afa_p']}")
-        if int(h['afa_steps']) < 0 or not float(h['afa_step_size']) >= 0:
-            raise ValueError(f"FedAFA afa_steps and afa_step_size must be >= 0, got {h['afa_steps']}, {h['afa_step_size']}")
-        if h['afa_seed_rule'] not in ('majority', 'code'):
-            raise ValueError(f"FedAFA afa_seed_rule must be 'majority' (paper, M2m) or 'code' (authors' code), got {h['afa_seed_rule']!r}")
 
     @classmethod
     def post_hp(cls, epochs): return {'afa_epochs': int(epochs)}

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 import torch.nn as nn
-from .federated import group_accuracy, derive_seed, forward_batched
+from .federated import derive_seed
+from .evaluation import group_accuracy, forward_batched
 from .realign import la_fr, mask_logits, finetune_head
 
 # %% auto #0

@@ -5,6 +5,7 @@
 # %% ../nbs/15a_report.ipynb #896afb78
 from __future__ import annotations
 import json
+from importlib import resources
 from pathlib import Path
 import numpy as np
 import pandas as pd
@@ -13,14 +14,14 @@ from .sweep import cell_state, load_histories
 from .aggregate import rounds_to_reach, num, fmt_mean_std, fmt_values
 
 # %% auto #0
-__all__ = ['SWEEP_FILES', 'EXPERIMENTS', 'T1_TEXT', 'PAPER_TABLES', 'PAPER_FRACTIONS', 'T3_ROWS', 'T11_VARIANTS',
-           'CONV_THRESHOLD', 'ECL_NAMES', 'repo_root', 'sweeps_dir', 'sweep_path', 'cell_summaries', 'main_job_dir',
-           'command', 'load', 'not_run', 'link', 'plots_markdown', 'say', 'ms', 'verdict', 'noisy', 'best_of', 'claim',
-           'beats', 'best_claims', 'stale_cells', 'run_status', 'seeds_note', 'main_job_report', 'paper_frame',
-           'to_percent', 'paper_table', 'ours_pivot', 'table1_methods', 'table1_ours', 'table1_claims', 'table3_ours',
-           'table3_claims', 'sensitivity_ours', 'sensitivity_claims', 'table11_ours', 'table11_claims',
-           'sweep_histories', 'convergence', 'convergence_claims', 'ecl_ours', 'ecl_claims', 'cost_ours',
-           'ratio_claims', 'cost_claims', 'bench_table', 'bench_claims']
+__all__ = ['SWEEP_FILES', 'EXPERIMENTS', 'PAPER_TABLES', 'PAPER_FRACTIONS', 'T3_ROWS', 'T11_VARIANTS', 'CONV_THRESHOLD',
+           'ECL_NAMES', 'repo_root', 'sweeps_dir', 'sweep_path', 'cell_summaries', 'main_job_dir', 'command', 'load',
+           'not_run', 'link', 'plots_markdown', 'say', 'ms', 'verdict', 'noisy', 'best_of', 'claim', 'beats',
+           'best_claims', 'stale_cells', 'run_status', 'seeds_note', 'main_job_report', 'papers_dir', 'paper_csv',
+           'paper_sources', 'paper_frame', 'to_percent', 'paper_table', 'ours_pivot', 'table1_methods', 'table1_ours',
+           'table1_claims', 'table3_ours', 'table3_claims', 'sensitivity_ours', 'sensitivity_claims', 'table11_ours',
+           'table11_claims', 'sweep_histories', 'convergence', 'convergence_claims', 'ecl_ours', 'ecl_claims',
+           'cost_ours', 'ratio_claims', 'cost_claims', 'bench_table', 'bench_claims']
 
 # %% ../nbs/15a_report.ipynb #5cd13a36
 SWEEP_FILES = {'summary': 'summary.csv', 'results': 'results.csv', 'plots': 'plots', 'bench': 'bench_methods.txt'}
@@ -183,60 +184,53 @@ def main_job_report(path=None) -> list:
     return out
 
 # %% ../nbs/15a_report.ipynb #34f97e60
-T1_TEXT = '''CIFAR-10-LT FedAvg 0.7988 0.8722 0.7214 0.8664 0.7890 0.8916 0.7231 0.8935
-CIFAR-10-LT FedProx 0.7869 0.8653 0.7160 0.8617 0.7790 0.8888 0.7266 0.8897
-CIFAR-10-LT FedBN 0.7604 0.8837 0.6984 0.8847 0.7596 0.8916 0.7033 0.8925
-CIFAR-10-LT FedPer - 0.8935 - 0.8931 - 0.8918 - 0.8999
-CIFAR-10-LT FedRep 0.7938 0.8988 0.7218 0.8984 0.7816 0.9043 0.7271 0.9065
-CIFAR-10-LT Ditto 0.7813 0.8926 0.7180 0.8874 0.7804 0.8967 0.7210 0.8973
-CIFAR-10-LT FedROD 0.7862 0.9030 0.7137 0.8941 0.7776 0.9025 0.7236 0.9041
-CIFAR-10-LT FedBABU 0.7851 0.8664 0.7280 0.8613 0.7819 0.8914 0.7316 0.8898
-CIFAR-10-LT FedETF 0.8056 0.7446 0.6709 0.7323 0.7453 0.8106 0.6615 0.7917
-CIFAR-10-LT Ratio_Loss 0.7995 0.8791 0.7290 0.8724 0.7857 0.8938 0.7342 0.8934
-CIFAR-10-LT FedLoGe 0.8277 0.9112 0.7672 0.9096 0.8189 0.9104 0.7593 0.9073
-CIFAR-100-LT FedAvg 0.4271 0.6019 0.3818 0.6214 0.4215 0.6086 0.3797 0.6269
-CIFAR-100-LT FedProx 0.4276 0.6071 0.3856 0.6214 0.4187 0.6089 0.3788 0.6261
-CIFAR-100-LT FedBN 0.4332 0.6657 0.3895 0.6703 0.4229 0.6373 0.3847 0.6562
-CIFAR-100-LT FedPer - 0.6888 - 0.7007 - 0.6476 - 0.6737
-CIFAR-100-LT FedRep 0.4355 0.6911 0.3907 0.6917 0.4283 0.6539 0.3828 0.6831
-CIFAR-100-LT Ditto 0.4312 0.6441 0.3847 0.6588 0.4188 0.6182 0.3822 0.6320
-CIFAR-100-LT FedROD 0.4384 0.7124 0.3919 0.6919 0.4289 0.6667 0.3902 0.6917
-CIFAR-100-LT FedBABU 0.4415 0.6416 0.3921 0.6480 0.4336 0.6354 0.3907 0.6598
-CIFAR-100-LT FedETF 0.4223 0.6055 0.3825 0.6421 0.4278 0.6302 0.4278 0.6507
-CIFAR-100-LT Ratio_Loss 0.4326 0.6152 0.3912 0.6348 0.4253 0.6213 0.3839 0.6344
-CIFAR-100-LT FedLoGe 0.4762 0.7229 0.4233 0.7285 0.4860 0.7099 0.4330 0.7195'''
+def papers_dir():
+    "The folder `papers/` of the installed package, holding the papers' tables (an `importlib.resources` Traversable)."
+    return resources.files('fedloge_nb').joinpath('papers')
+
+def _typed(col: pd.Series) -> pd.Series:
+    "A column of printed cells as numbers when every printed cell is one ('' and '-': not printed, NaN; int64 when all are whole and printed), else as printed."
+    def number(s: str):
+        try: return int(s)
+        except ValueError: return float(s)
+    try: v = [np.nan if s in ('', '-') else number(s) for s in col]
+    except ValueError: return col
+    return pd.Series(v, index=col.index, name=col.name, dtype='int64' if all(isinstance(x, int) for x in v) else float)
+
+def paper_csv(name: str, index: int = 1) -> pd.DataFrame:
+    "The paper table `papers/<name>.csv`: its first `index` columns (the row names, as text) as the index, the other columns typed by `_typed`."
+    f = papers_dir().joinpath(f'{name}.csv')
+    if not f.is_file():
+        known = sorted(p.name[:-4] for p in papers_dir().iterdir() if p.name.endswith('.csv') and p.name != 'sources.csv')
+        raise ValueError(f"no paper table {name!r} in {papers_dir()}; known: {', '.join(known)}")
+    with f.open(encoding='utf-8', newline='') as fh: t = pd.read_csv(fh, dtype=str, keep_default_na=False)
+    keys = list(t.columns[:index])
+    t = pd.DataFrame({c: t[c] if c in keys else _typed(t[c]) for c in t.columns})
+    return t.set_index(keys if len(keys) > 1 else keys[0]) if keys else t
+
+def paper_sources() -> pd.DataFrame:
+    "Where each table of `papers/` comes from: a row per file with the paper, its table, the seed text and the lines in it, the setting, the unit and notes."
+    with papers_dir().joinpath('sources.csv').open(encoding='utf-8', newline='') as fh:
+        return pd.read_csv(fh, dtype=str, keep_default_na=False).set_index('file')
 
 # %% ../nbs/15a_report.ipynb #e5a00001
 def _paper_t1() -> pd.DataFrame:
-    "FedLoGe's Table 1 from `T1_TEXT`: a row per (dataset, method), (alpha, IF, GM/PM) columns, fractions as printed."
-    cols = pd.MultiIndex.from_tuples([(a, i, m) for a in ('alpha=0.5', 'alpha=1') for i in ('IF=50', 'IF=100') for m in ('GM', 'PM')])
-    lines = T1_TEXT.splitlines()
-    t = pd.DataFrame([[None if v == '-' else float(v) for v in l.split()[2:]] for l in lines],
-                     index=pd.MultiIndex.from_tuples([tuple(l.split()[:2]) for l in lines]), columns=cols)
-    t.index = t.index.set_levels(t.index.levels[1].str.replace('_', ' '), level=1)
-    return t
+    "FedLoGe's Table 1: a row per (dataset, method), (alpha, IF, GM/PM) columns, fractions as printed."
+    t = paper_csv('fedloge_table1', 2)
+    t.columns = pd.MultiIndex.from_tuples([tuple(c.split()) for c in t.columns])    # 'alpha=0.5 IF=50 GM' -> ('alpha=0.5', 'IF=50', 'GM')
+    return t.rename_axis([None, None])
 
 def paper_frame(rows: list, columns: list, index: str) -> pd.DataFrame:
-    "A paper's table from its printed rows (name, values...): the names as the index `index`, the values under `columns`."
+    "A table from its rows (name, values...): the names as the index `index`, the values under `columns`."
     return pd.DataFrame(rows, columns=[index, *columns]).set_index(index)
 
 PAPER_TABLES = {
     'table1': _paper_t1,
-    'table3': lambda: paper_frame([('ETF', 0.3825, 0.6421), ('SSE-C', 0.4175, 0.6865), ('SSE-C + GA-FR', 0.4350, 0.6868),
-                                   ('SSE-C + LA-FR', 0.4175, 0.7339), ('ETF + GA-FR + LA-FR', 0.3988, 0.7043),
-                                   ('SSE-C + GA-FR + LA-FR', 0.4350, 0.7343)], ['GM', 'PM'], 'components'),
-    'table11': lambda: paper_frame([('FedAvg', '0.3818/0.6214', '0.3746/0.6205', '0.3718/0.6384'),
-                                    ('FedRoD', '0.3919/0.6919', '0.3758/0.7156', '0.3727/0.7665'),
-                                    ('FedETF', '0.3825/0.6421', '0.4180/0.7083', '0.3847/0.7822'),
-                                    ('FedLoGe', '0.4233/0.7285', '0.4206/0.7524', '0.4159/0.8008')],
-                                   ['40 clients (100% participate)', '40 clients (30%)', '100 clients (30%)'], 'method'),
-    'table10': lambda: paper_frame([('FedETF', 83), ('FedROD', 68), ('FedLoGe (Ours)', 62)], ['Convergence Round'], 'Methods'),
-    'ecl_table2': lambda: paper_frame([('Local', 75.15, 73.19, 80.00, 80.36, 15.36), ('FedAvg-FT', 81.28, 81.68, 84.62, 85.61, 19.21),
-                                       ('FedPer', 82.42, 81.07, 84.10, 85.27, 22.40), ('FedAvg+LWS', 87.58, 82.91, 87.43, 86.63, 28.09),
-                                       ('FedAvg+τ-norm', 89.12, 84.98, 88.29, 87.83, 20.40), ('ECL (2 experts)', 91.49, 89.17, 89.70, 90.19, 35.84)],
-                                      ['IF=10 α=0.2', 'IF=100 α=0.2', 'IF=100 α=0.8', 'IF=100 α=1.0', 'IF=10* α=0.2'], 'Method'),
-    'table5': lambda: paper_frame([('FedAvg', '3min11s'), ('FedProx', '5min24s'), ('FedRep', '4min07s'), ('FedBABU', '3min14s'), ('FedLoGe', '3min19s')],
-                                  ['Time Cost/Round'], 'Method')}
+    'table3': lambda: paper_csv('fedloge_table3'),
+    'table11': lambda: paper_csv('fedloge_table11'),
+    'table10': lambda: paper_csv('fedloge_table10'),
+    'ecl_table2': lambda: paper_csv('ecl_table2'),
+    'table5': lambda: paper_csv('fedloge_table5')}
 
 # %% ../nbs/15a_report.ipynb #b08cd8fb
 def to_percent(t: pd.DataFrame) -> pd.DataFrame:

@@ -9,18 +9,22 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from fastcore.script import call_parse, bool_arg, store_true
-from .federated import FedConfig, run_fl, save_json, save_csv, atomic_write, load_checkpoint, last_k_means, check_device, make_algorithm, hp_key
+from .federated import FedConfig, make_algorithm
+from .datasets import atomic_write
+from .engine import run_fl, last_k_means
+from .guards import save_json, save_csv, load_checkpoint, check_device
+from .hparams import hp_key, revision, current_names   # older results: renamed hyperparameters, revisions (chapter 03c)
 from .guards import take_lock, release_lock
 from .commands import register_command, hp_for
 from .aggregate import (is_metric, runs_frame, save_fig, rounds_to_reach, aggregate, summary_markdown, plot_bars,
                                   plot_sensitivity, plot_curves, label_histories, read_rows, read_history, selected_markdown)
-from .sweep_file import REPORT_DEFAULTS, SweepSpec, parse_spec, load_spec, Cell, expand, _v, _safe
+from .sweep_file import REPORT_DEFAULTS, SweepSpec, parse_spec, load_spec, Cell, expand, value_label, safe_name
 
 
 # %% auto #0
-__all__ = ['HP_RENAMED', 'COMPARE_METRICS', 'SHOT_WORDS', 'COLUMN_WORDS', 'current_names', 'same_config', 'stale_hp',
-           'cell_state', 'run_cell', 'cell_row', 'load_histories', 'write_plots', 'write_reports', 'claim_cell',
-           'run_cells', 'run_parallel', 'run_grid', 'sweep', 'setting_line', 'compare_spec', 'column_words']
+__all__ = ['COMPARE_METRICS', 'SHOT_WORDS', 'COLUMN_WORDS', 'same_config', 'stale_hp', 'cell_state', 'run_cell', 'cell_row',
+           'load_histories', 'write_plots', 'write_reports', 'claim_cell', 'run_cells', 'run_parallel', 'run_grid',
+           'sweep', 'setting_line', 'compare_spec', 'column_words']
 
 # %% ../nbs/15_sweep.ipynb #be231b49
 def _read_json(path):
@@ -28,13 +32,6 @@ def _read_json(path):
     except (OSError, ValueError): return None
 
 def _norm(x): return json.loads(json.dumps(x, default=str))
-
-HP_RENAMED = {'ratio_loss': {'alpha': 'ratio_alpha', 'beta': 'ratio_beta'}}   # method -> {old name: new name}
-
-def current_names(method: str, hp: dict) -> dict:
-    "Hyperparameters `hp` of `method` as recorded by an older version, under today's names (`HP_RENAMED`)."
-    ren = HP_RENAMED.get(method, {})
-    return {ren.get(k, k): v for k, v in hp.items()}
 
 def same_config(recorded, key: dict) -> bool:
     "Is a recorded config key (summary.json, config.json, error.txt) the cell's key `key`, reading renamed hyperparameters under today's names?"
@@ -51,7 +48,7 @@ def stale_hp(cell: Cell, summary: dict) -> list:
     except Exception: return []
     rec = _norm(current_names(cell.cfg.method, rec))
     out = sorted(k for k in rec.keys() & cur.keys() if rec[k] != cur[k])
-    return out + (['revision'] if summary.get('revision', 0) != type(algo).revision else [])
+    return out + (['revision'] if summary.get('revision', 0) != revision(type(algo)) else [])
 
 # %% ../nbs/15_sweep.ipynb #e5c00004
 def cell_state(cell: Cell, out) -> str:
@@ -94,7 +91,7 @@ def run_cell(cell: Cell, out, fed=None, progress: bool = False, keep_checkpoints
     return 'ok'
 
 # %% ../nbs/15_sweep.ipynb #332492eb
-def _thr(t) -> str: return _v(float(t)).replace('.', 'p')
+def _thr(t) -> str: return value_label(float(t)).replace('.', 'p')
 
 def cell_row(cell: Cell, out, report: dict = REPORT_DEFAULTS) -> dict:
     "One row of results.csv: the cell's setting, its status, and its summary's scalars (plus rounds_to_* columns)."
@@ -142,7 +139,7 @@ def write_plots(spec: SweepSpec, rows: list, summary: list, out):
     done = [r for r in summary if r['n_seeds']]
     for m in spec.report['bars']: plot_bars(done, m, out/'plots'/f'bars_{m}.png')
     for x in spec.report['sensitivity']:
-        plot_sensitivity(done, x, tuple(spec.report['curves']), out/'plots'/f'sensitivity_{_safe(x)}.png')
+        plot_sensitivity(done, x, tuple(spec.report['curves']), out/'plots'/f'sensitivity_{safe_name(x)}.png')
 
 # %% ../nbs/15_sweep.ipynb #c8bed41f
 def write_reports(spec: SweepSpec, cells: list, out, plots: bool = True) -> list:
@@ -220,7 +217,8 @@ def run_cells(spec: SweepSpec, cells: list, todo: list, out, skip=('done', 'fail
 def _grid_worker(spec: dict, names: list, out, skip, device: str, keep_checkpoints: bool) -> list:
     "One worker process of `run_parallel`: the grid rebuilt from the spec's fields (this module's classes), cells `names` run with one torch thread; the failed ones."
     from fedloge_nb import sweep as S
-    spec = S.SweepSpec(**spec); cells = S.expand(spec)
+    from fedloge_nb.sweep_file import SweepSpec, expand
+    spec = SweepSpec(**spec); cells = expand(spec)
     for c in cells: c.cfg.device = device
     return S.run_cells(spec, cells, [c for c in cells if c.name in set(names)], out, skip, keep_checkpoints, threads=1)[0]
 

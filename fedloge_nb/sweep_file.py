@@ -12,8 +12,8 @@ from .commands import hp_for, check_names
 from .aggregate import METRICS, run_label
 
 # %% auto #0
-__all__ = ['FIELDS', 'GRID_ALIASES', 'TOP_KEYS', 'REPORT_DEFAULTS', 'SHORT', 'SweepSpec', 'parse_spec', 'load_spec', 'Cell',
-           'expand']
+__all__ = ['FIELDS', 'GRID_ALIASES', 'TOP_KEYS', 'REPORT_DEFAULTS', 'SHORT', 'SweepSpec', 'parse_spec', 'load_spec',
+           'value_label', 'safe_name', 'Cell', 'expand']
 
 # %% ../nbs/14c_sweep_file.ipynb #5956da09
 FIELDS = [f.name for f in dataclasses.fields(FedConfig)]
@@ -148,12 +148,15 @@ def load_spec(path) -> SweepSpec:
 # %% ../nbs/14c_sweep_file.ipynb #249df0c1
 SHORT = {'imb_factor': 'if', 'alpha': 'a', 'clients': 'K', 'local_epochs': 'E', 'rounds': 'R', 'batch_size': 'B'}
 
-def _v(v) -> str:
+def value_label(v) -> str:
+    "A value as it appears in a cell name: floats in %g form, booleans in lower case."
     if isinstance(v, float): return f"{v:g}"
     if isinstance(v, bool): return str(v).lower()
     return str(v)
 
-def _safe(s: str) -> str: return re.sub(r'[^A-Za-z0-9._=+-]+', '-', s).strip('-')
+def safe_name(s: str) -> str:
+    "`s` as a folder name: every run of characters other than letters, digits and `._=+-` becomes one '-'."
+    return re.sub(r'[^A-Za-z0-9._=+-]+', '-', s).strip('-')
 
 @dataclass
 class Cell:
@@ -172,12 +175,12 @@ def _cell(spec: SweepSpec, seed: int, setting: dict, ov: dict, m: str) -> Cell:
     kw = {**spec.base, **setting, **ovf, 'method': m, 'seed': seed, 'hp': {**spec.hp.get(m, {}), **ohp}}
     cfg = FedConfig(**kw).validate()
     d = {**dataclasses.asdict(FedConfig()), **kw}
-    parts = [_v(d['dataset']), f"if{_v(d['imb_factor'])}", f"a{_v(d['alpha'])}"]
-    parts += [f"{SHORT.get(k, k)}{_v(v)}" for k, v in setting.items() if k not in ('dataset', 'imb_factor', 'alpha')]
-    variant = (ov.get('label') or '_'.join([f"{SHORT.get(k, k)}{_v(v)}" for k, v in ovf.items()] +
-                                           [f"{k}{_v(v)}" for k, v in ohp.items()])) if (ovf or ohp) else ''
-    group = _safe('_'.join(parts + [m] + ([variant] if variant else [])))
-    return Cell(f"{group}_s{seed}", group, _safe('_'.join(parts)), _safe(variant), cfg)
+    parts = [value_label(d['dataset']), f"if{value_label(d['imb_factor'])}", f"a{value_label(d['alpha'])}"]
+    parts += [f"{SHORT.get(k, k)}{value_label(v)}" for k, v in setting.items() if k not in ('dataset', 'imb_factor', 'alpha')]
+    variant = (ov.get('label') or '_'.join([f"{SHORT.get(k, k)}{value_label(v)}" for k, v in ovf.items()] +
+                                           [f"{k}{value_label(v)}" for k, v in ohp.items()])) if (ovf or ohp) else ''
+    group = safe_name('_'.join(parts + [m] + ([variant] if variant else [])))
+    return Cell(f"{group}_s{seed}", group, safe_name('_'.join(parts)), safe_name(variant), cfg)
 
 def _label(c: Cell) -> str: return run_label({'method': c.cfg.method, 'variant': c.variant})   # the tables' 'method[ variant]'
 

@@ -3,7 +3,9 @@
 notebooks link to (`../results/...png`) copied into `_site/` at the same relative place, so every relative link that
 works in JupyterLab and on GitHub also works in the site. Links between chapters (`05_fedloge.ipynb#Anchor`) point
 at the pages (`05_fedloge.html#Anchor`). nbconvert renders the stored outputs (nothing is executed); Quarto (which
-`nbdev_docs` needs) is not required. Usage: python scripts/build_docs.py [--out _site] [--quiet]"""
+`nbdev_docs` needs) is not required. The equations render offline: the pages load MathJax 2 from `_site/mathjax/`, a copy
+of the files that the PyPI package `jupyter-server-mathjax` (a dev requirement) bundles, not from a CDN.
+Usage: python scripts/build_docs.py [--out _site] [--quiet]"""
 import argparse, html, re, shutil, time
 from pathlib import Path
 from urllib.parse import unquote
@@ -59,6 +61,29 @@ def rewrite_links(page: str, stems: set, out: Path, copied: set) -> str:
         return m.group(0)                                    # unchanged: the site keeps the repository's layout
     return ATTR.sub(fix, page)
 
+MATHJAX_DIR = 'mathjax'                        # the site's copy of MathJax, beside index.html
+# MathJax 2's own combined configuration in jupyter-server-mathjax (TeX input, HTML-CSS output) plus its `Safe` extension;
+# the package ships the STIX-Web web fonts only (not MathJax's default TeX fonts), so the output uses those, as Jupyter does.
+# No automatic line breaks: they split short inline formulas in table cells.
+MATHJAX_URL = f'../{MATHJAX_DIR}/MathJax.js?config=TeX-AMS-MML_HTMLorMML-full,Safe'
+MATHJAX_CONFIG = ('<script type="text/x-mathjax-config">MathJax.Hub.Config({"HTML-CSS": '
+                  '{availableFonts: [], preferredFont: null, webFont: "STIX-Web", imageFont: null}});</script>')
+
+def mathjax_files() -> Path:
+    "The MathJax 2 files (`MathJax.js`, `config/`, `jax/`, `fonts/`, ...) that the PyPI package `jupyter-server-mathjax` installs."
+    try: from jupyter_server_mathjax.app import STATIC_ASSETS_PATH
+    except ImportError: raise SystemExit("jupyter-server-mathjax is missing (the site's MathJax): `make setup`, or "
+                                         "`.venv/bin/pip install jupyter-server-mathjax`")
+    src = Path(STATIC_ASSETS_PATH)
+    if not (src / 'MathJax.js').is_file(): raise SystemExit(f"no MathJax.js in {src}: reinstall jupyter-server-mathjax")
+    return src
+
+def local_mathjax(page: str) -> str:
+    "Point the page's MathJax at the site's copy (`../mathjax/`) and give it the fonts that copy has."
+    tag = f'<script src="{MATHJAX_URL}">'
+    if page.count(tag) != 1: raise SystemExit(f"the nbconvert template no longer loads MathJax as {tag}: check build_docs.py")
+    return page.replace(tag, MATHJAX_CONFIG + '\n' + tag)
+
 NAV_CSS = ("<style>.site-nav{font:14px/1.4 system-ui,sans-serif;padding:8px 16px;border-bottom:1px solid #ddd;"
            "background:#f7f7f7}.site-nav a{margin-right:1.2em}</style>")
 
@@ -106,12 +131,13 @@ def build(out: Path = ROOT / '_site', quiet: bool = False) -> list:
         title, desc = title_desc(nb, p.stem)
         info.append((p.stem, 'Overview' if p.stem == 'index' else title, desc, nb))   # index.ipynb: the README's notebook
     stems, copied = {s for s, *_ in info}, set()
-    exporter = HTMLExporter(template_name='lab')
+    shutil.copytree(mathjax_files(), tmp / MATHJAX_DIR)
+    exporter = HTMLExporter(template_name='lab', mathjax_url=MATHJAX_URL)
     for i, (stem, title, desc, nb) in enumerate(info):
         t0 = time.time()
         node = nbformat.from_dict(for_reader(nb))
         page, _ = exporter.from_notebook_node(node, resources={'metadata': {'name': f'{title} - fedloge_nb'}})
-        page = rewrite_links(page, stems, tmp, copied)
+        page = rewrite_links(local_mathjax(page), stems, tmp, copied)
         bar = nav(info[i - 1][:2] if i else None, info[i + 1][:2] if i + 1 < len(info) else None)
         page = re.sub(r'(<body[^>]*>)', lambda m: m.group(1) + bar, page, count=1)
         (tmp / 'nbs' / f'{stem}.html').write_text(page)

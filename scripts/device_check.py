@@ -14,7 +14,8 @@ must be equal (a determinism check).
 import argparse, csv, dataclasses, sys, time, traceback
 import torch
 from fedloge_nb.data import make_fed_data
-from fedloge_nb.federated import FedConfig, METHODS, load_methods, run_fl
+from fedloge_nb.federated import FedConfig, METHODS, load_methods
+from fedloge_nb.engine import run_fl
 
 p = argparse.ArgumentParser()
 p.add_argument('--device', default='cuda'); p.add_argument('--methods', default='all')

@@ -32,7 +32,10 @@ try: import fedloge_nb.engine as E
 except ModuleNotFoundError: E = F                          # a checkout before the round loop had its own chapter
 try: import fedloge_nb.flower_simulation as FL
 except ModuleNotFoundError: import fedloge_nb.flower as FL     # a checkout before the Flower chapter was split (the 'before' runs)
-from fedloge_nb.federated import FedConfig, run_fl, save_json, atomic_write
+from fedloge_nb.federated import FedConfig
+from fedloge_nb.datasets import atomic_write
+from fedloge_nb.engine import run_fl
+from fedloge_nb.guards import save_json
 from fedloge_nb.data import make_fed_data
 
 ME = psutil.Process()

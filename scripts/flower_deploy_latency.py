@@ -161,7 +161,7 @@ def main(argv=None):
              f'| all | {sum(cpu.values()):.2f} |', '']
     if ex: lines += ['| exchange | wall s (sent -> every answer back) |', '|---|---:|', *[f'| {k} | {v:.2f} |' for k, v in ex.items()], '']
     if a.check.lower() == 'true':
-        from fedloge_nb.federated import run_fl
+        from fedloge_nb.engine import run_fl
         loc = run_fl(cfg, progress=False).summary
         keys = [k for k in loc if k.startswith(('gm_', 'pm_')) and isinstance(loc[k], float)]
         diff = [k for k in keys if s.get(k) != loc[k]]

@@ -12,7 +12,8 @@ import pytest
 os.environ.setdefault('OMP_NUM_THREADS', '1')
 from fedloge_nb.cli import main
 import fedloge_nb
-from fedloge_nb.federated import FedConfig, run_fl, get_method, make_algorithm, METHODS, KINDS, load_methods, METHOD_MODULES
+from fedloge_nb.federated import FedConfig, get_method, make_algorithm, METHODS, KINDS, load_methods, METHOD_MODULES
+from fedloge_nb.engine import run_fl
 
 load_methods()                                       # raises if a method module does not import
 ALL = sorted(METHODS)                                 # every registered method
@@ -91,7 +92,7 @@ def test_unknown_method_lists_every_method():
 
 @pytest.mark.parametrize('args, msg', [
     (['run', '--method', 'fedprox', '--hp', 'lam=1'], "unknown hyperparameters ['lam']"),
-    (['run', '--method', 'fedprox', '--hp', 'mu=-1'], 'mu must be >= 0'),
+    (['run', '--method', 'fedprox', '--hp', 'mu=-1'], 'mu=-1 is < 0: mu takes float >= 0'),
     (['run', '--method', 'fedbabu', '--hp', 'ft_part=body'], "'head' or 'all'"),
     (['compare', '--methods', 'fedper,ditto', '--hp', 'tau=1'], "takes hyperparameters ['tau']"),
 ])

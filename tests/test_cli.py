@@ -74,6 +74,9 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path, kill_when):
     (['--alpha', '0'], 'alpha'),
     (['--hp', 'beta'], 'key=value'),
     (['--hp', 'nosuch=1'], 'unknown hyperparameters'),
+    (['--method', 'fedloge', '--hp', 'gamma=abc'], "gamma='abc' is not a float: gamma takes float > 0"),   # key, type and an example
+    (['--method', 'fedloge', '--hp', 'beta=1.5'], 'beta=1.5 is >= 1: beta takes float in [0, 1)'),
+    (['--method', 'fedloge', '--hp', 'classifier=sse'], "e.g. --hp classifier=sse_c"),
 ])
 def test_bad_inputs(tmp_path, args, msg, main_in_process):
     # in process (the same dispatcher as the console script; test_bad_input_from_the_shell covers the shell path)
@@ -84,6 +87,12 @@ def test_bad_inputs(tmp_path, args, msg, main_in_process):
     assert code == 2, (code, so, se)
     assert msg in se, se
     assert not (tmp_path / 'x' / 'summary.json').exists()
+
+def test_hp_help_lists_the_methods_hyperparameters(tmp_path):
+    p = cli('run', '--method', 'fedloge', '--hp', 'help', '--out', tmp_path / 'x')       # the table, nothing runs
+    assert '| `gamma` | float > 0 | `4.0` |' in p.stdout and '--hp' in p.stdout and not (tmp_path / 'x').exists(), p.stdout
+    p = cli('run', '--method', 'scaffold+ecl', '--hp', 'help')                          # a composed method: base and plug-in
+    assert '`eta_g`' in p.stdout and '`lws_epochs`' in p.stdout
 
 def test_bad_input_from_the_shell(tmp_path):
     p = cli('run', *TINY, '--frac', '0', '--rounds', '1', '--out', tmp_path / 'x', check=False)

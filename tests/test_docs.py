@@ -1,6 +1,7 @@
 """The rendered site (`make docs`, scripts/build_docs.py) opened in headless Chromium: the index lists every chapter, every image
-loads (naturalWidth > 0) and every internal link reaches an existing page and anchor. A broken copy proves that
-the check fails."""
+loads (naturalWidth > 0), every internal link reaches an existing page and anchor, and the equations of three chapters are
+typeset by the site's own copy of MathJax with the network blocked (no raw TeX left in the visible text). A broken copy
+proves that the checks fail."""
 import functools, http.server, json, os, re, shutil, subprocess, sys, tempfile, threading
 from pathlib import Path
 import pytest
@@ -15,11 +16,11 @@ def browser() -> str:
     return exe
 
 # Runs in the checker page: loads every page of the site in an iframe, then POSTs what it found to /__report__.
-CHECKER = """<!DOCTYPE html><html><head><meta charset="utf-8"><title>site check</title></head><body>
+CHECKER = r"""<!DOCTYPE html><html><head><meta charset="utf-8"><title>site check</title></head><body>
 <pre id="report">running</pre><img src="/__wait__" alt="">
 <script>
-const PAGES = %s;
-const report = {pages: 0, images: 0, links: 0, problems: []};
+const PAGES = %s, MATH = %s;           // MATH: the pages whose equations are checked too
+const report = {pages: 0, images: 0, links: 0, equations: {}, problems: []};
 const fetched = new Map(), parsed = new Map();
 const text = url => { if (!fetched.has(url)) fetched.set(url, fetch(url).then(r => r.ok ? r.text() : null, () => null)); return fetched.get(url); };
 const load = page => new Promise(ok => { const f = document.createElement('iframe'); f.style.cssText = 'width:1200px;height:800px';
@@ -30,10 +31,32 @@ async function hasAnchor(base, hash, here, doc) {    // as a browser scrolls: th
   const d = base === here ? doc : parsed.get(base);
   return [hash, decodeURIComponent(hash)].some(id => d.getElementById(id) || d.getElementsByName(id).length);
 }
+const TEX = /\\[a-zA-Z]+|\$\$|\$[^$\s][^$]{0,150}\$/;   // a TeX command, $$ or $...$ left as text
+const SKIP = 'script, style, code, pre, textarea, noscript';    // what MathJax leaves alone (code, sources)
+const within = (p, ms) => Promise.race([p, new Promise(ok => setTimeout(() => ok('timeout'), ms))]);
+async function checkMath(page, f) {     // MathJax 2 of the site: loaded, finished, every equation with its output, no raw TeX shown
+  const doc = f.contentDocument, mj = f.contentWindow.MathJax, src = doc.querySelector('script[src*="MathJax.js"]');
+  if (src && !(mj && mj.Hub)) report.problems.push(`${page}: MathJax did not load from ${src.getAttribute('src')}`);
+  // MathJax.Hub.Queue runs after the page's own typesetting; the hook returns nothing (MathJax would wait on a returned callback)
+  if (mj && mj.Hub && await within(new Promise(ok => mj.Hub.Register.StartupHook('End', () => { mj.Hub.Queue(() => { ok(); }); })), 30000) === 'timeout')
+    report.problems.push(`${page}: MathJax did not finish typesetting within 30 s`);
+  const jax = Array.from(doc.querySelectorAll('script[type^="math/tex"]'));
+  report.equations[page] = jax.filter(s => doc.getElementById(s.id + '-Frame')).length;
+  for (const s of jax) if (!doc.getElementById(s.id + '-Frame')) report.problems.push(`${page}: equation not typeset: ${s.textContent.slice(0, 80)}`);
+  for (const e of Array.from(doc.querySelectorAll('.MathJax .merror, .MathJax .noError')))
+    report.problems.push(`${page}: MathJax error: ${e.textContent.slice(0, 80)}`);
+  if (jax.length && !Array.from(doc.fonts).some(ff => ff.family.replace(/"/g, '').startsWith('STIXMathJax') && ff.status === 'loaded'))
+    report.problems.push(`${page}: MathJax's web fonts (STIXMathJax) did not load`);
+  const walk = doc.createTreeWalker(doc.body, NodeFilter.SHOW_TEXT), shown = [];
+  for (let n; (n = walk.nextNode());) { const e = n.parentElement; if (!e.closest(SKIP) && e.checkVisibility()) shown.push(n.data); }
+  const raw = shown.join(' ').match(TEX);
+  if (raw) report.problems.push(`${page}: raw TeX in the page: ${shown.join(' ').substr(Math.max(0, raw.index - 20), 100).replace(/\s+/g, ' ')}`);
+}
 async function check(page) {
   if (await text(new URL(page, location.href).href) === null) { report.problems.push(`${page}: no such page`); return; }
   const f = await load(page), doc = f.contentDocument, here = f.contentWindow.location.href.split('#')[0];
   report.pages++;
+  if (MATH.includes(page)) await checkMath(page, f);
   for (const img of Array.from(doc.images)) {
     await loaded(img); report.images++;
     if (!(img.naturalWidth > 0)) report.problems.push(`${page}: image ${(img.getAttribute('src') || '').slice(0, 80)} does not load`);
@@ -56,13 +79,13 @@ async function check(page) {
 })();
 </script></body></html>"""
 
-def check_site(site: Path, pages: list, timeout: float = 120) -> dict:
-    "Serve `site` on 127.0.0.1, open a checker page in headless Chromium that visits `pages`; returns its report."
+def check_site(site: Path, pages: list, math: list = (), timeout: float = 120) -> dict:
+    "Serve `site` on 127.0.0.1, open a checker page in headless Chromium that visits `pages` and checks the equations of `math` (some of them); returns its report."
     exe, box, done = browser(), {}, threading.Event()
     class Handler(http.server.SimpleHTTPRequestHandler):
         def log_message(self, *a): pass
         def do_GET(self):
-            if self.path == '/__check__.html': return self.reply(200, 'text/html', (CHECKER % json.dumps(pages)).encode())
+            if self.path == '/__check__.html': return self.reply(200, 'text/html', (CHECKER % (json.dumps(pages), json.dumps(math))).encode())
             if self.path == '/__wait__':                             # holds the checker page's load event until the report is in
                 done.wait(timeout); return self.reply(404, 'text/plain', b'')
             return super().do_GET()
@@ -78,7 +101,7 @@ def check_site(site: Path, pages: list, timeout: float = 120) -> dict:
     try:
         cmd = [exe, '--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update',
                '--disable-sync', '--no-first-run', '--disable-dev-shm-usage', f'--user-data-dir={profile}',
-               '--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1',     # the CDN scripts (MathJax) fail at once, offline
+               '--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1',     # any CDN script fails at once, offline
                '--dump-dom', f'http://127.0.0.1:{srv.server_address[1]}/__check__.html']
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 30)
     finally:
@@ -88,6 +111,10 @@ def check_site(site: Path, pages: list, timeout: float = 120) -> dict:
 
 def site_pages(site: Path) -> list:
     return ['index.html'] + sorted(f'nbs/{p.name}' for p in (site/'nbs').glob('*.html'))
+
+# chapters whose equations are typeset in the test: display equations (00, 01) and many inline ones (05); every page
+# with equations would take about a minute more
+MATH_PAGES = ['nbs/00_etf.html', 'nbs/01_sse_c.html', 'nbs/05_fedloge.html']
 
 @pytest.fixture(scope='module')
 def site(tmp_path_factory):
@@ -105,14 +132,16 @@ def test_index_lists_every_chapter(site):
     for n in listed: assert (site/'nbs'/f'{n}.html').exists(), n
     assert '>Federated engine</a>' in page and 'One round loop for every method' in page   # title and one line of 04_federated
 
-def test_images_and_links(site):
-    "Every image of every page loads and every internal link reaches a page (and its anchor)."
-    r = check_site(site, site_pages(site))
+def test_images_links_and_equations(site):
+    "Every image of every page loads, every internal link reaches a page (and its anchor), and the equations of `MATH_PAGES` are typeset offline."
+    r = check_site(site, site_pages(site), MATH_PAGES)
     assert r['pages'] == len(site_pages(site)) and r['images'] > 0 and r['links'] > 0, r
     assert not r['problems'], '\n'.join(r['problems'])
+    assert all(r['equations'][p] > 0 for p in MATH_PAGES) and r['equations']['nbs/05_fedloge.html'] >= 50, r['equations']
 
 def test_broken_site_fails(site, tmp_path):
-    "The check finds a missing linked figure, a corrupt embedded figure, a dead chapter link and a dead anchor (a broken copy of the site)."
+    """The check finds a missing linked figure, a corrupt embedded figure, a dead chapter link, a dead anchor and equations left
+    as raw TeX because the site's MathJax is missing (a broken copy of the site)."""
     bad = tmp_path/'site'; shutil.copytree(site, bad)
     fig = next(bad.glob('results/**/*.png')); fig.unlink()
     pages = [p for p in site_pages(bad) if fig.name in (bad/p).read_text()]
@@ -121,8 +150,12 @@ def test_broken_site_fails(site, tmp_path):
     idx = bad/'index.html'
     idx.write_text(idx.read_text().replace('href="nbs/00_etf.html"', 'href="nbs/00_nope.html"')
                                   .replace('</body>', '<a href="nbs/04_federated.html#No-such-section">x</a></body>'))
-    probs = '\n'.join(check_site(bad, ['index.html', emb] + [p for p in pages if p != emb])['problems'])
+    shutil.rmtree(bad/'mathjax')
+    math = 'nbs/01_sse_c.html'
+    probs = '\n'.join(check_site(bad, ['index.html', emb, math] + [p for p in pages if p not in (emb, math)], [math])['problems'])
     assert f'image ../{fig.relative_to(bad)} does not load' in probs, probs
     assert f'{emb}: image data:image/png;base64,AAAAiVBOR' in probs, probs
     assert 'link nbs/00_nope.html -> no such page' in probs, probs
     assert 'no anchor #No-such-section' in probs, probs
+    assert f'{math}: MathJax did not load from ../mathjax/MathJax.js' in probs, probs
+    assert f'{math}: raw TeX in the page: ' in probs and 'l_{norm}' in probs, probs

@@ -1,7 +1,8 @@
 """Flower backend: the same GM/PM numbers as the in-process engine (one Ray simulation for three methods), and the CLI's input checks."""
 import csv, json, math
 import pytest
-from fedloge_nb.federated import FedConfig, run_fl
+from fedloge_nb.federated import FedConfig
+from fedloge_nb.engine import run_fl
 from fedloge_nb.flower_simulation import run_flower
 
 METHODS = ['fedavg', 'fedloge', 'fedrep']          # generic, FedLoGe (realignment + finetuning stages), personalised

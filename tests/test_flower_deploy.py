@@ -69,7 +69,9 @@ def test_lost_supernode_the_job_goes_on(tmp_path):
 
 def test_killed_deployment_resumes_exactly(tmp_path):
     "SIGKILL the deployment (script, SuperLink, SuperNodes, ServerApp) after a checkpoint, resume: the local engine's numbers."
-    from fedloge_nb.federated import FedConfig, run_fl, load_checkpoint
+    from fedloge_nb.federated import FedConfig
+    from fedloge_nb.engine import run_fl
+    from fedloge_nb.guards import load_checkpoint
     out, args = tmp_path / 'dep', ['--rounds', '4', '--ckpt_every', '2']
     p, pids, home = _deploy(out, 19320, *args)
     try: _wait(lambda: (out / 'checkpoint.pt').exists(), p)

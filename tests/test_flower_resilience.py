@@ -3,7 +3,8 @@ simulation killed mid-run resumes to the local engine's numbers; `fedloge_nb dep
 import errno, json, os, signal, subprocess, sys, time, uuid
 from pathlib import Path
 import pytest
-from fedloge_nb.federated import FedConfig, run_fl
+from fedloge_nb.federated import FedConfig
+from fedloge_nb.engine import run_fl
 from fedloge_nb.guards import DiskFullError, load_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -4,6 +4,7 @@ import csv, json, os, subprocess, sys, time
 from pathlib import Path
 import pytest, torch
 from fedloge_nb import federated
+from fedloge_nb.guards import load_checkpoint
 
 BIN = Path(sys.executable).parent / 'fedloge_nb'
 TINY = ['--dataset', 'digits', '--imb_factor', '10', '--clients', '4', '--frac', '1.0', '--model', 'mlp', '--batch_size', '16',
@@ -25,7 +26,7 @@ def test_divergence_stops_with_one_line_and_keeps_the_last_good_checkpoint(tmp_p
     code, so, se = main_in_process('run', *TINY, '--rounds', '5', '--out', out)
     assert code == 2 and one_line(se), (code, se)
     assert 'training diverged in round 3 (client 0: loss nan' in se and 'lower --lr (now 0.1)' in se, se
-    assert federated.load_checkpoint(out / 'checkpoint.pt')['round'] == 2          # the last good one
+    assert load_checkpoint(out / 'checkpoint.pt')['round'] == 2          # the last good one
     assert (out / 'history.csv').read_text().splitlines()[1:] and len((out / 'history.csv').read_text().splitlines()) == 3
     assert files(out) == ['checkpoint.pt', 'config.json', 'history.csv']            # no summary, lock released
 
@@ -92,7 +93,7 @@ def assert_rejected(main_in_process, cmd, args, out, msg):
     assert not out.exists()
 
 @pytest.mark.parametrize('args,msg', [
-    (['--method', 'fedprox', '--hp', 'mu=-1'], 'mu must be >= 0'),
+    (['--method', 'fedprox', '--hp', 'mu=-1'], 'mu=-1 is < 0: mu takes float >= 0'),
     (['--method', 'fedloge', '--hp', 'beta=2,sse_steps=10'], 'beta'),
     (['--alpha', '-1'], 'alpha'),
 ])

@@ -10,7 +10,8 @@ import pandas as pd
 from pathlib import Path
 from .aggregate import runs_frame, seed_table, paired_diff, fmt_mean_std, select_best, run_label, read_rows, label_histories, plot_curves, t_halfwidth
 from .budget import rule_verdict, detectable_diff, plot_forest, forest_markdown
-from .report import sweep_path, not_run, paper_frame, paper_csv, to_percent
+from .report import sweep_path, not_run, paper_frame
+from .paper_tables import paper_csv, to_percent
 
 # %% auto #0
 __all__ = ['AGREE', 'ABLATIONS', 'FIXED', 'FT_EPOCHS', 'Check', 'check_diff', 'agreement', 'checks_table', 'ours_table',

@@ -442,7 +442,10 @@ def compose(name: str):
 
 # %% ../nbs/04_federated.ipynb #c29608e9
 METHOD_MODULES = ['fedloge_nb.fedloge', 'fedloge_nb.baselines', 'fedloge_nb.baselines_lt', 'fedloge_nb.fedetf',
-                  'fedloge_nb.gmv', 'fedloge_nb.ecl', 'fedloge_nb.optimisers', 'fedloge_nb.pfl']
+                  'fedloge_nb.gmv', 'fedloge_nb.ecl', 'fedloge_nb.optimisers', 'fedloge_nb.pfl',
+                  'fedloge_nb.fedrs', 'fedloge_nb.fedaws',
+                  'fedloge_nb.feddyn', 'fedloge_nb.fedmmd',
+                  'fedloge_nb.ccvr', 'fedloge_nb.fednh']
 METHODS_ENV = 'FEDLOGE_NB_METHODS'
 
 def method_modules() -> list:

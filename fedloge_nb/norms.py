@@ -7,11 +7,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 import torch.nn as nn
-from .realign import mask_logits, norm_count_correlation
+from .realign import mask_logits, norm_count_correlation, ga_fr
 from .evaluation import eval_mode
+from .analysis import BACKBONES
 
 # %% auto #0
-__all__ = ['client_norm_correlations', 'client_mode_accuracy', 'pm_table', 'plot_norms']
+__all__ = ['T7_MODES', 'client_norm_correlations', 'client_mode_accuracy', 'pm_table', 'plot_norms', 'norms_figure']
 
 # %% ../nbs/13_norms.ipynb #1fda545f
 def client_norm_correlations(client_states: list, client_counts, key: str = 'phi', exclude_zero: bool = False) -> list:
@@ -67,3 +68,32 @@ def plot_norms(psi, counts, phis=None, client_counts=None, axs=None):
         axs[1].set_xscale('log'); axs[1].set_xlabel('local training count $n_{k,c}$ (0 drawn at 0.5)')
         axs[1].set_ylabel(r'$\|\phi_{k,c}\|$'); axs[1].set_title(rf'local heads $\phi_k$ ({K} clients)')
     return axs
+
+# %% ../nbs/13_norms.ipynb #3a396774
+def _spread(sp: np.ndarray) -> dict:
+    "Summary of per-client correlations (NaN = undefined): mean, median, min, count positive, count defined, the list."
+    return {'mean': np.nanmean(sp), 'median': np.nanmedian(sp), 'min': np.nanmin(sp),
+            'positive': int((sp > 0).sum()), 'defined': int((~np.isnan(sp)).sum()), 'per_client': sp.tolist()}
+
+T7_MODES = ['la_fr_noft', 'la_fr_dist', 'la_fr_ref', 'phi', 'ga_fr']   # the personalised modes of Table 7, in order
+
+def norms_figure(runs: dict):
+    "Norm-count correlations and Table 7 of both backbones: (norm numbers, {backbone: Table 7}, {backbone: per-client accuracies}, figure)."
+    import matplotlib.pyplot as plt
+    norms, t7, per_client = {}, {}, {}
+    fig, axs = plt.subplots(2, 2, figsize=(10, 7))
+    for i, c in enumerate(BACKBONES):
+        r = runs[c]; fed = r.fed
+        psi = r.algo.net.psi.weight.detach()
+        sp = np.array([x['spearman'] for x in client_norm_correlations(r.client_states, fed.client_counts)], float)
+        spz = np.array([x['spearman'] for x in client_norm_correlations(r.client_states, fed.client_counts, exclude_zero=True)], float)
+        norms[c] = {'psi_vs_global': norm_count_correlation(psi, fed.class_counts),
+                    'psi_ga_fr_vs_global': norm_count_correlation(ga_fr(psi), fed.class_counts),
+                    'phi_vs_local_spearman': _spread(sp), 'phi_vs_local_spearman_seen_classes': _spread(spz)}
+        plot_norms(psi, fed.class_counts, [cs['phi'] for cs in r.client_states], fed.client_counts, axs=axs[i])
+        axs[i, 0].set_title(rf"{BACKBONES[c]}: $\psi$ (Spearman {norms[c]['psi_vs_global']['spearman']:.2f})", fontsize=10)
+        axs[i, 1].set_title(rf"{BACKBONES[c]}: $\phi_k$ (median Spearman {np.nanmedian(sp):.2f}; seen {np.nanmedian(spz):.2f})", fontsize=10)
+        pc = per_client[c] = client_mode_accuracy(r.algo, r.clients, r.client_states)
+        t7[c] = pm_table(pc, T7_MODES)
+    fig.tight_layout()
+    return norms, t7, per_client, fig

@@ -6,9 +6,11 @@
 from __future__ import annotations
 import numpy as np
 import torch
+from .realign import ga_fr
+from .analysis import BACKBONES
 
 # %% auto #0
-__all__ = ['prune_mask', 'pruning_curve', 'plot_pruning']
+__all__ = ['PRUNING_RATIOS', 'prune_mask', 'pruning_curve', 'plot_pruning', 'pruning_figure']
 
 # %% ../nbs/11_pruning.ipynb #271602de
 def prune_mask(means, ratio: float, order: str = 'ascending', by: str = 'class') -> torch.Tensor:
@@ -46,3 +48,31 @@ def plot_pruning(ratios, curves: dict, ax=None, title: str | None = None):
     ax.legend(fontsize=8)
     if title: ax.set_title(title)
     return ax
+
+# %% ../nbs/11_pruning.ipynb #c9b0b766
+PRUNING_RATIOS = np.round(np.linspace(0, 1, 21), 3)
+
+def pruning_figure(runs: dict, F: dict, ratios=PRUNING_RATIOS):
+    "Fig. 3 of both backbones (fixed classifier and GA-FR psi, ascending/descending): (numbers, curve DataFrame, figure)."
+    import matplotlib.pyplot as plt, pandas as pd
+    ratios = np.asarray(ratios)
+    at = lambda acc, q: acc[int(np.abs(ratios - q).argmin())]
+    rows, prune = [], {}
+    fig, axs = plt.subplots(1, 2, figsize=(10, 3.6))
+    for ax, c in zip(axs, BACKBONES):
+        f, r = F[c], runs[c]
+        heads = {'fixed': r.algo.net.sse_c.weight.T, 'ga_fr': ga_fr(r.algo.net.psi.weight.detach())}
+        curves = {}
+        for hn, W in heads.items():
+            for o in ('ascending', 'descending'):
+                acc = pruning_curve(f['ht'], f['fed'].y_test, W, f['mu_tr'], ratios, o, by='class')
+                curves[f"{'fixed ' + BACKBONES[c] if hn == 'fixed' else 'GA-FR psi'} {o}"] = acc
+                rows += [dict(backbone=c, head=hn, order=o, ratio=float(q), acc=float(v)) for q, v in zip(ratios, acc)]
+                prune[f'{c}/{hn}/{o}'] = {'acc_0': at(acc, 0), 'acc_25': at(acc, .25), 'acc_50': at(acc, .5), 'acc_75': at(acc, .75), 'mean_over_ratios': acc.mean()}
+        plot_pruning(ratios, curves, ax=ax, title=f'{BACKBONES[c]} backbone')
+        for ln in ax.get_lines():
+            if 'GA-FR' in ln.get_label(): ln.set_linestyle('--')
+        ax.legend(fontsize=7)
+    fig.suptitle('Pruning classifier weights by class-mean order (per class; means from training features)')
+    fig.tight_layout()
+    return prune, pd.DataFrame(rows), fig

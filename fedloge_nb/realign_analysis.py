@@ -10,9 +10,10 @@ import torch.nn as nn
 from .federated import derive_seed
 from .evaluation import group_accuracy, forward_batched
 from .realign import la_fr, mask_logits, finetune_head
+from .analysis import BACKBONES
 
 # %% auto #0
-__all__ = ['gm_groups', 'finetune_curve', 'plot_gm_groups', 'plot_client_pm', 'plot_finetune_curve']
+__all__ = ['gm_groups', 'finetune_curve', 'plot_gm_groups', 'plot_client_pm', 'plot_finetune_curve', 'realignment_figure']
 
 # %% ../nbs/14_realign_analysis.ipynb #16b472cb
 @torch.no_grad()
@@ -91,3 +92,31 @@ def plot_finetune_curve(curve, ax=None, refs: dict | None = None, title: str | N
     ax.set_xlabel('local finetuning epochs'); ax.set_ylabel('PM accuracy (%)'); ax.grid(alpha=.3); ax.legend(fontsize=7, loc='lower right')
     if title: ax.set_title(title)
     return ax
+
+# %% ../nbs/14_realign_analysis.ipynb #2a7c3f24
+def realignment_figure(runs: dict, cfgs: dict, per_client: dict, ft_epochs: int = 15, ft_lr_small: float = 0.005):
+    "GA-FR by shot group, per-client LA-FR and the finetuning curves of both backbones: (gm tables, per-client numbers, curves, figure)."
+    import matplotlib.pyplot as plt
+    gm, real, ft = {}, {}, {}
+    fig, axs = plt.subplots(2, 3, figsize=(16, 7))
+    for i, c in enumerate(BACKBONES):
+        r = runs[c]; pc = per_client[c]
+        gm[c] = gm_groups(r.algo, r.fed)
+        plot_gm_groups(gm[c], axs[i, 0], modes=['sse_c', 'psi', 'ga_fr'], title=f'{BACKBONES[c]}: generic model',
+                       labels={'sse_c': f'fixed {BACKBONES[c]}', 'psi': 'psi (before GA-FR)', 'ga_fr': 'GA-FR'})
+        b, af, rf = pc['phi']['acc'], pc['la_fr_noft']['acc'], pc['la_fr_ref']['acc']
+        ok = ~np.isnan(b)
+        real[c] = {'pm_phi': np.nanmean(b), 'pm_la_fr': np.nanmean(af), 'pm_la_fr_ref': np.nanmean(rf),
+                   'clients_improved_by_la_fr': int((af[ok] > b[ok]).sum()), 'clients_worse_by_la_fr': int((af[ok] < b[ok]).sum()),
+                   'clients': int(ok.sum()), 'mean_gain': float(np.nanmean(af - b)),
+                   'per_client_phi': b.tolist(), 'per_client_la_fr': af.tolist()}
+        plot_client_pm(b, af, axs[i, 1], labels=(r'$\phi_k$ alone', r"LA-FR $\phi'_k$"), title=f'{BACKBONES[c]}: personalised, per client')
+        cur = finetune_curve(r.algo, r.clients, r.client_states, cfgs[c], epochs=range(ft_epochs + 1))
+        small = finetune_curve(r.algo, r.clients, r.client_states, cfgs[c], epochs=range(ft_epochs + 1), lr=ft_lr_small)
+        ft[c], ft[c + f'_lr{ft_lr_small:g}'] = cur, small
+        plot_finetune_curve(cur, axs[i, 2], refs={r'$\phi_k$ alone': np.nanmean(b), r"$\phi_k+\phi'_k$ (reference)": np.nanmean(rf),
+                                                  'GA-FR (generic) on local': np.nanmean(pc['ga_fr']['acc'])},
+                            others={f'finetuning lr {ft_lr_small:g} (avg)': small},
+                            title=f'{BACKBONES[c]}: LA-FR + local finetuning (lr {cfgs[c].lr:g} unless noted)')
+    fig.tight_layout()
+    return gm, real, ft, fig

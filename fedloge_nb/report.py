@@ -5,23 +5,23 @@
 # %% ../nbs/15a_report.ipynb #896afb78
 from __future__ import annotations
 import json
-from importlib import resources
 from pathlib import Path
 import numpy as np
 import pandas as pd
 from .sweep_file import load_spec, expand
 from .sweep import cell_state, load_histories
 from .aggregate import rounds_to_reach, num, fmt_mean_std, fmt_values
+from .paper_tables import paper_csv, to_percent
 
 # %% auto #0
 __all__ = ['SWEEP_FILES', 'EXPERIMENTS', 'PAPER_TABLES', 'PAPER_FRACTIONS', 'T3_ROWS', 'T11_VARIANTS', 'CONV_THRESHOLD',
            'ECL_NAMES', 'repo_root', 'sweeps_dir', 'sweep_path', 'cell_summaries', 'main_job_dir', 'command', 'load',
            'not_run', 'link', 'plots_markdown', 'say', 'ms', 'verdict', 'noisy', 'best_of', 'claim', 'beats',
-           'best_claims', 'stale_cells', 'run_status', 'seeds_note', 'main_job_report', 'papers_dir', 'paper_csv',
-           'paper_sources', 'paper_frame', 'to_percent', 'paper_table', 'ours_pivot', 'table1_methods', 'table1_ours',
-           'table1_claims', 'table3_ours', 'table3_claims', 'sensitivity_ours', 'sensitivity_claims', 'table11_ours',
-           'table11_claims', 'sweep_histories', 'convergence', 'convergence_claims', 'ecl_ours', 'ecl_claims',
-           'cost_ours', 'ratio_claims', 'cost_claims', 'bench_table', 'bench_claims']
+           'best_claims', 'stale_cells', 'run_status', 'seeds_note', 'main_job_report', 'paper_frame', 'paper_table',
+           'ours_pivot', 'table1_methods', 'table1_ours', 'table1_claims', 'table3_ours', 'table3_claims',
+           'sensitivity_ours', 'sensitivity_claims', 'table11_ours', 'table11_claims', 'sweep_histories', 'convergence',
+           'convergence_claims', 'ecl_ours', 'ecl_claims', 'cost_ours', 'ratio_claims', 'cost_claims', 'bench_table',
+           'bench_claims']
 
 # %% ../nbs/15a_report.ipynb #5cd13a36
 SWEEP_FILES = {'summary': 'summary.csv', 'results': 'results.csv', 'plots': 'plots', 'bench': 'bench_methods.txt'}
@@ -183,36 +183,6 @@ def main_job_report(path=None) -> list:
                              [(a['mean'] > b['mean'], abs(a['mean'] - b['mean']) < max(a['std'], b['std']))]))
     return out
 
-# %% ../nbs/15a_report.ipynb #34f97e60
-def papers_dir():
-    "The folder `papers/` of the installed package, holding the papers' tables (an `importlib.resources` Traversable)."
-    return resources.files('fedloge_nb').joinpath('papers')
-
-def _typed(col: pd.Series) -> pd.Series:
-    "A column of printed cells as numbers when every printed cell is one ('' and '-': not printed, NaN; int64 when all are whole and printed), else as printed."
-    def number(s: str):
-        try: return int(s)
-        except ValueError: return float(s)
-    try: v = [np.nan if s in ('', '-') else number(s) for s in col]
-    except ValueError: return col
-    return pd.Series(v, index=col.index, name=col.name, dtype='int64' if all(isinstance(x, int) for x in v) else float)
-
-def paper_csv(name: str, index: int = 1) -> pd.DataFrame:
-    "The paper table `papers/<name>.csv`: its first `index` columns (the row names, as text) as the index, the other columns typed by `_typed`."
-    f = papers_dir().joinpath(f'{name}.csv')
-    if not f.is_file():
-        known = sorted(p.name[:-4] for p in papers_dir().iterdir() if p.name.endswith('.csv') and p.name != 'sources.csv')
-        raise ValueError(f"no paper table {name!r} in {papers_dir()}; known: {', '.join(known)}")
-    with f.open(encoding='utf-8', newline='') as fh: t = pd.read_csv(fh, dtype=str, keep_default_na=False)
-    keys = list(t.columns[:index])
-    t = pd.DataFrame({c: t[c] if c in keys else _typed(t[c]) for c in t.columns})
-    return t.set_index(keys if len(keys) > 1 else keys[0]) if keys else t
-
-def paper_sources() -> pd.DataFrame:
-    "Where each table of `papers/` comes from: a row per file with the paper, its table, the seed text and the lines in it, the setting, the unit and notes."
-    with papers_dir().joinpath('sources.csv').open(encoding='utf-8', newline='') as fh:
-        return pd.read_csv(fh, dtype=str, keep_default_na=False).set_index('file')
-
 # %% ../nbs/15a_report.ipynb #e5a00001
 def _paper_t1() -> pd.DataFrame:
     "FedLoGe's Table 1: a row per (dataset, method), (alpha, IF, GM/PM) columns, fractions as printed."
@@ -233,13 +203,6 @@ PAPER_TABLES = {
     'table5': lambda: paper_csv('fedloge_table5')}
 
 # %% ../nbs/15a_report.ipynb #b08cd8fb
-def to_percent(t: pd.DataFrame) -> pd.DataFrame:
-    "A paper table's fractions as percent: numbers x 100, 'GM/PM' strings as 'GM / PM' in percent."
-    def cell(v):
-        if isinstance(v, str) and '/' in v: return ' / '.join(f"{float(x) * 100:.2f}" for x in v.split('/'))
-        return v if v is None or isinstance(v, str) or pd.isna(v) else round(float(v) * 100, 2)
-    return t.map(cell)
-
 PAPER_FRACTIONS = ('table1', 'table3', 'table11')   # the FedLoGe tables printed as fractions (ECL's is in %, the others are not accuracies)
 
 def paper_table(name: str, percent: bool = True) -> pd.DataFrame:

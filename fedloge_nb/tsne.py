@@ -8,9 +8,10 @@ import math
 import numpy as np
 import torch
 from .etf import angle_matrix
+from .analysis import BACKBONES
 
 # %% auto #0
-__all__ = ['class_mean_angles', 'tsne_embed', 'plot_tsne']
+__all__ = ['class_mean_angles', 'tsne_embed', 'plot_tsne', 'tsne_figure']
 
 # %% ../nbs/12_tsne.ipynb #f33a968a
 def class_mean_angles(means, center: bool = True) -> dict:
@@ -58,3 +59,23 @@ def plot_tsne(means_2d, samples_2d=None, labels=None, ax=None, title: str | None
     ax.set_xticks([]); ax.set_yticks([])
     if title: ax.set_title(title)
     return ax
+
+# %% ../nbs/12_tsne.ipynb #68d9bfa8
+def tsne_figure(F: dict, seed: int = 0, per_class: int = 200):
+    "Fig. 6 of both backbones: (class-mean angle statistics of test and training means, figure)."
+    import matplotlib.pyplot as plt
+    geo = {}
+    fig, axs = plt.subplots(1, 2, figsize=(11, 5.4))
+    g = torch.Generator().manual_seed(seed)
+    for ax, c in zip(axs, BACKBONES):
+        f = F[c]; y = f['fed'].y_test
+        geo[c] = class_mean_angles(f['mu'])
+        geo[c + '_train_means'] = class_mean_angles(f['mu_tr'])
+        idx = torch.cat([torch.nonzero(y == k).flatten()[torch.randperm(int((y == k).sum()), generator=g)[:per_class]] for k in range(f['fed'].num_classes)])
+        m2, s2 = tsne_embed(f['mu'], f['ht'][idx], seed=seed)
+        st = geo[c]
+        plot_tsne(m2, s2, y[idx], ax=ax, names=None,
+                  title=f"{BACKBONES[c]}: angles {st['angle_mean']:.1f} +- {st['angle_std']:.1f} deg (min {st['angle_min']:.1f}; ETF {st['etf_angle']:.1f})")
+    fig.suptitle(f't-SNE of test features ({per_class}/class, dots) with the class means (stars)')
+    fig.tight_layout()
+    return geo, fig

@@ -1,8 +1,8 @@
 """Build the chapters as a static HTML site (`make docs`): one page per notebook in `_site/nbs/`, an index page
 `_site/index.html` listing every chapter in order with its title and one-line description, and the figures that the
 notebooks link to (`../results/...png`) copied into `_site/` at the same relative place, so every relative link that
-works in JupyterLab and on GitHub also works in the site. Links between chapters (`05_fedloge.ipynb#Anchor`) point
-at the pages (`05_fedloge.html#Anchor`). nbconvert renders the stored outputs (nothing is executed); Quarto (which
+works in JupyterLab and on GitHub also works in the site. Links between chapters (`06_fedloge.ipynb#Anchor`) point
+at the pages (`06_fedloge.html#Anchor`). nbconvert renders the stored outputs (nothing is executed); Quarto (which
 `nbdev_docs` needs) is not required. The equations render offline: the pages load MathJax 2 from `_site/mathjax/`, a copy
 of the files that the PyPI package `jupyter-server-mathjax` (a dev requirement) bundles, not from a CDN.
 Usage: python scripts/build_docs.py [--out _site] [--quiet]"""

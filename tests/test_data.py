@@ -1,6 +1,6 @@
 """Bad-input and file-system cases of fedloge_nb.datasets and fedloge_nb.data that need real files: caches, raw data, image folders.
 
-The notebooks 02_datasets, 02a_partition and 02b_data test the protocol itself; these tests build throw-away data roots in tmp_path.
+The notebooks 02_partition, 02a_datasets and 02b_data test the protocol itself; these tests build throw-away data roots in tmp_path.
 """
 import gzip, os, warnings
 from pathlib import Path

@@ -112,9 +112,9 @@ def check_site(site: Path, pages: list, math: list = (), timeout: float = 120) -
 def site_pages(site: Path) -> list:
     return ['index.html'] + sorted(f'nbs/{p.name}' for p in (site/'nbs').glob('*.html'))
 
-# chapters whose equations are typeset in the test: display equations (00, 01) and many inline ones (05); every page
+# chapters whose equations are typeset in the test: display equations (00, 01) and many inline ones (06); every page
 # with equations would take about a minute more
-MATH_PAGES = ['nbs/00_etf.html', 'nbs/01_sse_c.html', 'nbs/05_fedloge.html']
+MATH_PAGES = ['nbs/00_etf.html', 'nbs/01_sse_c.html', 'nbs/06_fedloge.html']
 
 @pytest.fixture(scope='module')
 def site(tmp_path_factory):
@@ -137,7 +137,7 @@ def test_images_links_and_equations(site):
     r = check_site(site, site_pages(site), MATH_PAGES)
     assert r['pages'] == len(site_pages(site)) and r['images'] > 0 and r['links'] > 0, r
     assert not r['problems'], '\n'.join(r['problems'])
-    assert all(r['equations'][p] > 0 for p in MATH_PAGES) and r['equations']['nbs/05_fedloge.html'] >= 50, r['equations']
+    assert all(r['equations'][p] > 0 for p in MATH_PAGES) and r['equations']['nbs/06_fedloge.html'] >= 50, r['equations']
 
 def test_broken_site_fails(site, tmp_path):
     """The check finds a missing linked figure, a corrupt embedded figure, a dead chapter link, a dead anchor and equations left

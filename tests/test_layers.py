@@ -3,8 +3,10 @@ functions): core -> models -> engine -> methods -> command registry -> analysis 
 A module imports only from its own layer or a lower one, each name from the module that defines it (no re-exports,
 no star imports, no module `__getattr__`), no private name of another module, and no two modules import each other
 (directly or around a loop). The callers outside the package (tests/, scripts/, flower_app/, the notebooks' cells)
-also import every name from the module that defines it. Planted violations prove that each check fails."""
-import ast, json
+also import every name from the module that defines it. The book reads in the order of its imports: every code cell of
+a notebook (tests included) imports only modules exported by notebooks whose file names sort before it. Planted
+violations prove that each check fails."""
+import ast, json, re
 from pathlib import Path
 import pytest
 
@@ -13,10 +15,11 @@ PKG = 'fedloge_nb'
 
 # low to high; a module may import its own layer (without a cycle) and the layers below it
 LAYERS = {
-    'core':        {'datasets', 'partition', 'data', 'etf', 'sse_c', 'hparams', 'guards', 'evaluation'},
+    'core':        {'datasets', 'partition', 'data', 'etf', 'sse_c', 'hparams', 'guards', 'evaluation', 'paper_tables'},
     'models':      {'models'},
     'engine':      {'federated', 'engine'},
-    'methods':     {'fedloge', 'realign', 'baselines', 'baselines_lt', 'optimisers', 'pfl', 'fedetf', 'gmv', 'ecl'},
+    'methods':     {'fedloge', 'realign', 'baselines', 'baselines_lt', 'optimisers', 'pfl', 'fedetf', 'gmv', 'ecl',
+                    'feddyn', 'fedmmd', 'fedrs', 'fedaws', 'ccvr', 'fednh'},
     'registry':    {'commands'},    # what commands are built from (COMMANDS, BACKENDS, --hp, config flags): below every module that registers one
     'experiments': {'analysis', 'pruning', 'tsne', 'norms', 'realign_analysis', 'analysis_runs', 'aggregate', 'sweep_file',
                     'sweep', 'report', 'budget', 'ablations'},
@@ -237,3 +240,60 @@ def test_the_checks_fail_on_planted_violations():
         ['a.py:3: mid.helper is not defined in mid (read as a module attribute)']     # b.py: `mid` is also a variable
     assert 'high.py:3: low.nope: not defined in low (read as a module attribute)' in \
         violations({**PLANTED, 'high': PLANTED['high'].replace('low.base()', 'low.nope()')}, rank={'low': 0, 'mid': 1, 'high': 2})['reexport']
+
+# The order of the book: a notebook imports only what notebooks before it (by file name) export.
+def _code_cells(nb: dict):
+    "(index, code) of the code cells of a notebook's JSON, IPython magics and shell lines blanked."
+    for i, c in enumerate(nb['cells']):
+        if c['cell_type'] != 'code': continue
+        src = ''.join(c['source'])
+        yield i, '\n'.join('' if l.lstrip().startswith(('%', '!')) else l for l in src.splitlines())
+
+def notebooks(nbs=ROOT / 'nbs') -> dict:
+    "File name -> JSON of every notebook in `nbs`."
+    return {p.name: json.loads(p.read_text()) for p in sorted(Path(nbs).glob('*.ipynb'))}
+
+def exporting_notebooks(nbs: dict) -> dict:
+    "Module -> the notebook whose `#| default_exp` names it."
+    out = {}
+    for name, nb in nbs.items():
+        for _, src in _code_cells(nb):
+            if m := re.search(r'^#\|\s*default_exp\s+(\S+)', src, re.M): out[m.group(1)] = name
+    return out
+
+def backward_imports(nbs: dict) -> list:
+    """Every import, in any code cell of a notebook (tests and slow cells included), of a package module that no notebook
+    exports or whose notebook does not sort before the importing one: 'importer cell i: fedloge_nb.x (its notebook)'."""
+    home = exporting_notebooks(nbs)
+    out = []
+    for name, nb in sorted(nbs.items()):
+        for i, src in _code_cells(nb):
+            try: tree = ast.parse(src)
+            except SyntaxError: continue                # a cell that is not Python (e.g. %%writefile of a TOML file)
+            for dep in dict.fromkeys(dep for _, dep, _ in package_imports(tree, home)):
+                if dep not in home: out.append(f"{name} cell {i}: {PKG}.{dep}, which no notebook exports")
+                elif home[dep] != name and not home[dep] < name: out.append(f"{name} cell {i}: {PKG}.{dep} ({home[dep]})")
+    return out
+
+def test_notebooks_import_only_earlier_notebooks():
+    "Each notebook, in all its code cells, imports only modules exported by notebooks whose file names sort before it."
+    bad = backward_imports(notebooks())
+    n = len({b.split(' cell ')[0] for b in bad})
+    assert not bad, f"{n} notebook(s) import a later notebook:\n" + '\n'.join(bad)
+
+def test_the_order_check_fails_on_planted_notebooks():
+    nb = lambda *cells: {'cells': [{'cell_type': 'code', 'source': c} for c in cells] + [{'cell_type': 'markdown', 'source': 'from fedloge_nb.z import x'}]}
+    planted = {
+        '00_a.ipynb': nb('#| default_exp a', 'from fedloge_nb.b import f  # a test cell that reads ahead'),
+        '01_b.ipynb': nb('#| default_exp b\nfrom fedloge_nb.a import g', 'def t():\n    import fedloge_nb.c as C'),
+        '01a_c.ipynb': nb('#| default_exp c', '%%writefile x.toml\nname = "a"', '%time from fedloge_nb import a, b'),
+        'index.ipynb': nb('from fedloge_nb import c\nfrom fedloge_nb.nowhere import y'),
+    }
+    test_eq = lambda a, b: None if a == b else pytest.fail(f"{a!r} != {b!r}")
+    test_eq(exporting_notebooks(planted), {'a': '00_a.ipynb', 'b': '01_b.ipynb', 'c': '01a_c.ipynb'})
+    test_eq(backward_imports(planted), ['00_a.ipynb cell 1: fedloge_nb.b (01_b.ipynb)', '01_b.ipynb cell 1: fedloge_nb.c (01a_c.ipynb)',
+                                        'index.ipynb cell 0: fedloge_nb.nowhere, which no notebook exports'])
+    planted['01_b.ipynb'] = nb('#| default_exp b\nfrom fedloge_nb.a import g')
+    planted['00_a.ipynb'] = nb('#| default_exp a')
+    planted['index.ipynb'] = nb('from fedloge_nb import c')
+    test_eq(backward_imports(planted), [])

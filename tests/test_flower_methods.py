@@ -1,0 +1,39 @@
+"""The methods added beside the seeds' (FedDyn, FedMMD, FedRS, FedAwS, CCVR, FedNH) and the lr schedule under Flower's message
+rounds: the engine's Flower strategy on `LocalGrid` (the ClientApp handlers called in process, no Ray) gives the numbers of
+the in-process engine, post-training stages included."""
+import math
+import pytest
+from fedloge_nb.federated import FedConfig
+from fedloge_nb.engine import run_fl
+from fedloge_nb.flower import EngineStrategy, LocalGrid
+
+CASES = [('feddyn', {}), ('fedmmd', {}), ('fedavg+rs', {}), ('scaffold+rs', {}), ('fedaws', {}), ('ccvr', {'calib_epochs': 3}),
+         ('fednh', {}), ('fedavg', {'lr_decay': 0.7})]
+
+
+def _cfg(method, extra):
+    hp = {k: v for k, v in extra.items() if k != 'lr_decay'}
+    return FedConfig(method=method, dataset='digits', imb_factor=10, clients=4, frac=0.5, rounds=3, model='mlp', batch_size=16,
+                     seed=2, eval_every=3, device='cpu', hp=hp, lr_decay=extra.get('lr_decay', 1.0))
+
+
+def _same(a, b): return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
+
+
+@pytest.mark.parametrize('method,extra', CASES, ids=[f'{m}{"-decay" if "lr_decay" in e else ""}' for m, e in CASES])
+def test_flower_strategy_equals_local_engine(method, extra):
+    cfg = _cfg(method, extra)
+    loc = run_fl(cfg, progress=False).summary
+    fl = EngineStrategy(cfg, progress=False).start(LocalGrid(cfg.clients))
+    keys = [k for k in loc if k.startswith(('gm_', 'pm_')) or k == 'client_acc']
+    assert 'gm_acc' in keys and 'pm_acc' in keys
+    diff = {k: (loc[k], fl.get(k)) for k in keys if not _same(loc[k], fl.get(k))}
+    assert not diff, f"{method}: Flower's message rounds differ from the local engine in {diff}"
+
+
+def test_lr_schedule_reaches_flower_clients():
+    "The decayed run differs from the constant one on both backends (the equality above is not a schedule both ignore)."
+    const, decay = _cfg('fedavg', {}), _cfg('fedavg', {'lr_decay': 0.7})
+    a = EngineStrategy(const, progress=False).start(LocalGrid(4))
+    b = EngineStrategy(decay, progress=False).start(LocalGrid(4))
+    assert a['client_acc'] != b['client_acc']

@@ -36,3 +36,13 @@ def kill_when():
 def midway():
     "`midway(out)`: a grid folder with one cell finished and another part-way, the moment to kill a sweep or compare."
     return _midway
+
+
+GROUPS = {'test_flower.py': 'flower', 'test_flower_resilience.py': 'flower', 'test_flower_deploy.py': 'flower',   # Ray, SuperLink, SuperNodes
+          'test_docs.py': 'docs'}                                                                                   # one site build
+
+def pytest_collection_modifyitems(config, items):
+    "With pytest-xdist (`make test` runs two workers, `--dist loadgroup`): the Flower tests run one at a time on one worker, the docs tests share one site."
+    for item in items:
+        g = GROUPS.get(Path(str(item.fspath)).name)
+        if g: item.add_marker(pytest.mark.xdist_group(g))

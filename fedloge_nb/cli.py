@@ -10,9 +10,9 @@ from .federated import get_method
 from .guards import DivergenceError, check_folder, check_out, run_lock, clear_run, check_history
 from .engine import run_fl, check_run
 from .commands import (COMMANDS, COMMAND_MODULES, register_command, load_commands, parse_list, hp_for,
-                                 config_flags, command_config, check_names, hp_help)
+                                 config_flags, command_config, check_names, hp_help,
+                                 backend_names, get_backend)   # --backend: a runtime registers itself (chapter 07)
 from .hparams import parse_hp
-from .commands import backend_names, get_backend   # --backend: a runtime registers itself (chapter 07)
 from .sweep_file import expand
 from .sweep import compare_spec, cell_state, run_grid, column_words
 from .aggregate import summary_markdown

@@ -4,7 +4,7 @@
 
 # %% ../nbs/07_commands.ipynb #c0a1d2e6
 from __future__ import annotations
-import dataclasses, importlib, inspect, json, re, typing
+import dataclasses, importlib, inspect, typing
 from fastcore.script import Param
 from fastcore.docments import docments
 from .federated import FedConfig, get_method

@@ -13,7 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 from fastcore.basics import patch
-from .hparams import HP, check_hp, hp_defaults
+from .hparams import HP, check_hp, derive_defaults
 
 # %% auto #0
 __all__ = ['LR_SCHEDULES', 'METHODS', 'KINDS', 'PLUGINS', 'METHOD_MODULES', 'METHODS_ENV', 'FedConfig', 'lr_at', 'round_config',
@@ -226,8 +226,7 @@ class Algorithm:
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
-        if 'defaults' in vars(cls): raise TypeError(f"{cls.__name__}: declare hyperparameters as hparams = dict(name=HP(default, 'meaning', ...)), not defaults")
-        cls.defaults = hp_defaults(cls.hparams)                      # {name: default}, derived from the declaration
+        derive_defaults(cls)                                         # {name: default}, derived from the declaration
 
     def __init__(self, **hp):
         self.hp = check_hp(type(self).hparams, hp, type(self).__name__)   # checked against the declaration: unknown names, types, ranges
@@ -389,9 +388,7 @@ class Plugin:
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
-        if issubclass(cls, Algorithm): return                          # a method built on a plug-in (ECL): Algorithm's hook did it
-        if 'defaults' in vars(cls): raise TypeError(f"{cls.__name__}: declare hyperparameters as hparams = dict(name=HP(default, 'meaning', ...)), not defaults")
-        cls.defaults = hp_defaults(cls.hparams)
+        if not issubclass(cls, Algorithm): derive_defaults(cls)      # a method built on a plug-in (ECL): Algorithm's hook did it
 
     @classmethod
     def refuses(cls, base) -> str | None:

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from fastcore.basics import AttrDict, patch
 
 # %% auto #0
-__all__ = ['FORMS', 'HP_ADDED', 'REVISIONS', 'HP_RENAMED', 'HP', 'hp_defaults', 'check_hp', 'hp_table', 'show_hp', 'parse_hp',
-           'compat_keys', 'hp_added', 'revision', 'hp_key', 'current_names']
+__all__ = ['FORMS', 'HP_ADDED', 'REVISIONS', 'HP_RENAMED', 'HP', 'hp_defaults', 'derive_defaults', 'check_hp', 'hp_table',
+           'show_hp', 'parse_hp', 'compat_keys', 'hp_added', 'revision', 'hp_key', 'current_names']
 
 # %% ../nbs/03c_hparams.ipynb #dba0661d
 _TYPES = {float: 'float', int: 'int', bool: 'bool', str: 'str'}
@@ -100,6 +100,11 @@ def but(self: HP, **kw) -> HP:
 def hp_defaults(specs: dict) -> dict:
     "`{name: default}` of a method's hyperparameters, in their declared order."
     return {k: h.default for k, h in specs.items()}
+
+def derive_defaults(cls):
+    "Set `cls.defaults` from `cls.hparams` (a method's or plug-in's class hook); a class body with its own `defaults` dict is refused."
+    if 'defaults' in vars(cls): raise TypeError(f"{cls.__name__}: declare hyperparameters as hparams = dict(name=HP(default, 'meaning', ...)), not defaults")
+    cls.defaults = hp_defaults(cls.hparams)
 
 def check_hp(specs: dict, hp: dict, owner: str = 'the method') -> AttrDict:
     "The defaults updated by `hp`, each checked: an unknown name or a bad value raises a ValueError naming the key, what it takes and an example."

@@ -62,8 +62,9 @@ class FedETF(Algorithm):
         proj_epochs=HP(3, 'Algorithm 2: epochs of the projection layer per iteration', lo=0),
         etf_lr=HP(0.1, 'lr of the personalised ETF', lo=0, open_lo=True),
         proj_lr=HP(0.05, 'lr of the projection layer', lo=0, open_lo=True),
-        proj_momentum=HP(0.9, "momentum of the projection layer's SGD", lo=0, hi=1, open_hi=True),
-        proj_wd=HP(5e-4, "weight decay of the projection layer's SGD", lo=0),
+        proj_momentum=HP(None, "momentum of the projection layer's SGD", type=float, lo=0, hi=1, open_hi=True,
+                          none="the run's momentum"),
+        proj_wd=HP(None, "weight decay of the projection layer's SGD", type=float, lo=0, none="the run's weight_decay"),
         personal=HP('paper', "Algorithm 2 as the paper's appendix writes it ('paper') or as the official code runs it ('reference')",
                     choices=('paper', 'reference')))
     primary_global = 'global'
@@ -125,7 +126,8 @@ def personalize(self: FedETF, data, cfg) -> dict:
         for stage, params, epochs, opt_kw in (
                 ('etf', [V] + train_beta, hp['etf_epochs'], dict(lr=hp['etf_lr'])),
                 ('proj', list(net.proj.parameters()) + train_beta, hp['proj_epochs'],
-                 dict(lr=hp['proj_lr'], momentum=hp['proj_momentum'], weight_decay=hp['proj_wd']))):
+                 dict(lr=hp['proj_lr'], momentum=cfg.momentum if hp['proj_momentum'] is None else hp['proj_momentum'],
+                      weight_decay=cfg.weight_decay if hp['proj_wd'] is None else hp['proj_wd']))):
             if int(epochs) <= 0: continue
             opt = torch.optim.SGD(params, **opt_kw)
             for hb, yb in _feature_batches(net.backbone, data, H, cfg.batch_size, derive_seed(s, stage, t), int(epochs)):

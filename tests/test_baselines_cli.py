@@ -40,6 +40,16 @@ def test_every_method_module_is_loaded():
     assert NO_GM == {m for m in ALL if METHODS[m].kind == 'personalised'} and len(ALL) >= 21
 
 
+
+def test_readme_methods_table_lists_every_method():
+    "README's Methods table names every registered method that is not a composition (BASE+PLUGIN), and no unknown name."
+    import re
+    text = (Path(fedloge_nb.__file__).parent.parent / 'README.md').read_text()
+    section = text.split('\n## Methods\n', 1)[1].split('\n## ', 1)[0]
+    rows = [l for l in section.splitlines() if l.startswith('| `')]
+    listed = {n for l in rows for n in re.findall(r'`([a-z0-9_]+)`', l.split('|')[1])}
+    assert listed == {m for m in ALL if '+' not in m}, (sorted(listed - set(ALL)), sorted({m for m in ALL if '+' not in m} - listed))
+
 def hp_args(method):
     "--hp for FAST_HP (nothing for the other methods)."
     return ['--hp', ','.join(f'{k}={v}' for k, v in FAST_HP[method].items())] if method in FAST_HP else []

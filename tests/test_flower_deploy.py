@@ -24,10 +24,10 @@ def _alive_with(tag: bytes) -> list:
 DEAD_PROXY = {k: 'http://127.0.0.1:9' for k in ('HTTP_PROXY', 'HTTPS_PROXY', 'http_proxy', 'https_proxy')}
 
 
-def _deploy(out, port, *args, env_extra=None):
+def _deploy(out, port, *args, env_extra=None, tiny=TINY):
     "Start scripts/flower_deploy.py; returns (process, pids [link, node0, ...], FLWR_HOME) once it printed its first line."
     env = {**os.environ, 'OMP_NUM_THREADS': '1', 'PYTHONPATH': os.pathsep.join([str(ROOT), os.environ.get('PYTHONPATH', '')]), **(env_extra or {})}
-    p = subprocess.Popen([sys.executable, 'scripts/flower_deploy.py', *TINY, '--port', str(port), '--out', str(out), *args],
+    p = subprocess.Popen([sys.executable, 'scripts/flower_deploy.py', *tiny, '--port', str(port), '--out', str(out), *args],
                          cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = p.stdout.readline()                                       # "SuperLink ... (pids [link, node0, ...]) ...; FLWR_HOME=..."
     m = re.search(r'pids \[([\d, ]+)\].*FLWR_HOME=(\S+)', line)
@@ -89,6 +89,25 @@ def test_killed_deployment_resumes_exactly(tmp_path):
     keys = [k for k in loc.summary if k.startswith(('gm_', 'pm_', 'phi_', 'psi_'))]
     assert {k: fl[k] for k in keys} == {k: loc.summary[k] for k in keys}
     assert [float(r['pm_acc']) for r in _rows(out)] == [h['pm_acc'] for h in loc.history]
+    assert not _alive_with(f'FLWR_HOME={home}'.encode() + b'\0'), 'processes left behind'
+
+
+@pytest.mark.parametrize('method,hp', [('feddyn', ''), ('ccvr', 'calib_epochs=3')])
+def test_deployment_runs_the_added_methods(tmp_path, method, hp):
+    "FedDyn (state kept on each SuperNode) and CCVR (a post-training stage on the server) deployed: the local engine's numbers."
+    from fedloge_nb.federated import FedConfig
+    from fedloge_nb.engine import run_fl
+    tiny = [a if a != 'fedloge' else method for a in TINY]
+    tiny[tiny.index('--hp') + 1] = hp
+    out = tmp_path / method
+    p, _, home = _deploy(out, 19360 + 20 * (method == 'ccvr'), '--rounds', '2', tiny=tiny)
+    so, se = p.communicate(timeout=600)
+    assert p.returncode == 0, (so, se)
+    cfg = FedConfig(method=method, dataset='digits', imb_factor=10, clients=3, frac=1.0, model='mlp', batch_size=16, seed=1,
+                    hp={'calib_epochs': 3} if hp else {}, eval_every=1, rounds=2, device='cpu')
+    loc, fl = run_fl(cfg, progress=False).summary, json.loads((out / 'summary.json').read_text())
+    keys = [k for k in loc if k.startswith(('gm_', 'pm_'))]
+    assert 'gm_acc' in keys and {k: fl[k] for k in keys} == {k: loc[k] for k in keys}
     assert not _alive_with(f'FLWR_HOME={home}'.encode() + b'\0'), 'processes left behind'
 
 

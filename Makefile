@@ -18,7 +18,7 @@ setup: $(STAMP) data
 $(STAMP): settings.ini setup.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check "torch==2.14.1" "torchvision==0.29.1"
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[dev]"
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[dev,tensorboard]"
 	@touch $(STAMP)
 
 # Fashion-MNIST comes from Debian (offline); installed only when missing and apt is available

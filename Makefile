@@ -14,11 +14,10 @@ OUT ?= runs/main
 
 setup: $(STAMP) data
 
-# torch first (the pinned pair that works with torchvision here), then the package with nbdev's pins in ONE resolve
-$(STAMP): settings.ini setup.py
+# the package (ranges in settings.ini) with its extras in ONE resolve, pinned to the versions tested here (constraints.txt)
+$(STAMP): settings.ini setup.py constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --disable-pip-version-check "torch==2.14.1" "torchvision==0.29.1"
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[dev,tensorboard]"
+	$(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[dev,tensorboard]"
 	@touch $(STAMP)
 
 # Fashion-MNIST comes from Debian (offline); installed only when missing and apt is available

@@ -15,7 +15,7 @@ __all__ = ['TEXT_COLS', 'TIME_COLS', 'DIAG_COLS', 'METRICS', 'METHOD_FAMILIES', 
            'read_rows', 'read_history', 'run_label', 'runs_frame', 'rounds_to_reach', 'is_metric', 'aggregate',
            'summary_markdown', 'save_fig', 'metric_label', 'plot_bars', 'plot_sensitivity', 'method_styles',
            'label_histories', 'plot_curves', 'stable', 'seed_table', 'select_best', 't_halfwidth', 'paired_diff',
-           'fmt_diff', 'selected_markdown']
+           'fmt_diff', 'paired_p', 'holm_adjust', 'selected_markdown']
 
 # %% ../nbs/14b_aggregate.ipynb #a9e10001
 def num(v) -> float | None:
@@ -278,6 +278,23 @@ def fmt_diff(d) -> str:
     "A paired difference (`paired_diff`'s dict or a table row) as '+mean [+lo, +hi]': '+mean' without an interval, 'n/a' without a mean."
     m, lo, hi = (num(d.get(k)) for k in ('mean', 'lo', 'hi'))
     return 'n/a' if m is None else f"{m:+.2f}" + ('' if lo is None else f" [{lo:+.2f}, {hi:+.2f}]")
+
+# %% ../nbs/14b_aggregate.ipynb #8d475395
+def paired_p(d) -> float | None:
+    "Two-sided p-value of the paired t-test of a `paired_diff` (or a table row with n, mean, std); None without an interval."
+    from scipy.stats import t as student_t
+    n, m, sd = (num(d.get(k)) for k in ('n', 'mean', 'std'))
+    if n is None or n < 2 or m is None or sd is None: return None
+    if sd == 0: return 0.0 if m != 0 else 1.0
+    return float(2 * student_t.sf(abs(m) / (sd / math.sqrt(n)), int(n) - 1))
+
+def holm_adjust(pvals) -> list:
+    "Holm's step-down adjusted p-values, in the input order (None stays None and is not counted in m)."
+    idx = [i for i, p in enumerate(pvals) if p is not None and not pd.isna(p)]
+    order, m, out, run = sorted(idx, key=lambda i: pvals[i]), len(idx), [None] * len(pvals), 0.0
+    for k, i in enumerate(order):
+        run = max(run, min(1.0, (m - k) * float(pvals[i]))); out[i] = run
+    return out
 
 # %% ../nbs/14b_aggregate.ipynb #139d1d76
 def selected_markdown(summary: list, rows: list, select=(('val_gm_acc', 'gm_acc'), ('val_pm_acc', 'pm_acc')), reference: str | None = 'fedloge') -> str:

@@ -6,14 +6,15 @@
 from __future__ import annotations
 import numpy as np
 import pandas as pd
-from .aggregate import read_rows, runs_frame, mean_std, select_best, paired_diff, selected_markdown, fmt_diff, num, run_label
+from .aggregate import read_rows, runs_frame, mean_std, select_best, paired_diff, selected_markdown, fmt_diff, num, run_label, paired_p, holm_adjust
 from .guards import save_png
 from .report import sweep_path, cell_summaries, command, not_run, ms
 
 # %% auto #0
 __all__ = ['BUDGETS', 'BASELINES', 'NAMES', 'VERDICT_COLORS', 'budget_data', 'interval_verdict', 'beats_all', 'fedrod_ce_claim',
            'budget_report', 'detectable_diff', 'rule_verdict', 'forest_table', 'more_seeds_needed', 'plot_forest',
-           'forest_markdown', 'budget_forest', 'fedloge_defaults', 'fedloge_diagnostics', 'plot_psi_norms']
+           'forest_markdown', 'budget_forest', 'family_verdicts', 'family_markdown', 'fedloge_defaults',
+           'fedloge_diagnostics', 'plot_psi_norms']
 
 # %% ../nbs/15b_budget.ipynb #db11bf42
 BUDGETS = [('cpu_budget', 'CPU scale: 100 rounds x 1 epoch, batch 64, lr 0.05'),
@@ -185,6 +186,25 @@ def budget_forest(exp: str = 'paper_budget', sweeps=None, path=None):
         n = sorted(set(tab['n']))
         plot_forest(tab, path, title=f"{exp}: FedLoGe minus each baseline, variants chosen on validation (n = {n[0]}" + (f"-{n[-1]})" if len(n) > 1 else ')'))
     return tab
+
+# %% ../nbs/15b_budget.ipynb #8eaa43ef
+def family_verdicts(tab: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
+    "`tab` (a forest table) with each row's paired t-test p, its Holm-adjusted p over all rows, and the verdict that survives the correction."
+    t = tab.copy()
+    t['p'] = [paired_p(r) for _, r in t.iterrows()]
+    t['p_holm'] = holm_adjust(t['p'].tolist())
+    t['verdict_holm'] = [r['verdict'] if r['verdict'] in ('better', 'worse') and r['p_holm'] is not None and r['p_holm'] < alpha
+                         else ('not shown after Holm' if r['verdict'] in ('better', 'worse') else r['verdict']) for _, r in t.iterrows()]
+    return t
+
+def family_markdown(tab: pd.DataFrame, alpha: float = 0.05) -> str:
+    "The forest table with each comparison's p, Holm-adjusted p and corrected verdict beside its own verdict, as markdown."
+    t = family_verdicts(tab, alpha)
+    f = lambda x: 'n/a' if x is None or pd.isna(x) else f"{x:.3f}"
+    lines = [f'| comparison | n | mean [95% CI] | verdict | p | Holm p (m = {int(t["p"].notna().sum())}) | verdict after Holm |', '|---|---|---|---|---|---|---|']
+    lines += [f"| {r['metric']}: {r['comparison']} | {r['n']} | {fmt_diff(r)} | {r['verdict']} | {f(r['p'])} | {f(r['p_holm'])} | {r['verdict_holm']} |"
+              for _, r in t.iterrows()]
+    return '\n'.join(lines)
 
 # %% ../nbs/15b_budget.ipynb #7fbee602
 def fedloge_defaults(exp: str, sweeps=None):

@@ -9,8 +9,9 @@ import numpy as np
 import torch
 
 # %% auto #0
-__all__ = ['SHOT_RULES', 'int_arg', 'partition_counts', 'check_imb_factor', 'long_tail_counts', 'long_tail_indices',
-           'check_alpha', 'dirichlet_partition', 'iid_partition', 'shard_partition', 'local_test_counts',
+__all__ = ['CLIENT_SIZES', 'LONG_TAILS', 'SHOT_RULES', 'int_arg', 'partition_counts', 'check_imb_factor', 'long_tail_counts',
+           'long_tail_indices', 'check_alpha', 'dirichlet_partition', 'iid_partition', 'shard_partition',
+           'extended_dirichlet_partition', 'unbalanced_shard_partition', 'local_long_tail', 'local_test_counts',
            'local_test_indices', 'proportional_within_rounding', 'shot_groups', 'per_class_subsample']
 
 # %% ../nbs/02_partition.ipynb #5bae2d26
@@ -174,6 +175,77 @@ def shard_partition(y, clients, classes_per_client=2, seed=0, num_classes=None) 
         idx = rng.permutation(np.flatnonzero(a == c))
         for i, piece in zip(owners[c], np.array_split(idx, len(owners[c]))): parts[i].append(piece)
     return [_sorted_long(np.concatenate(p)) for p in parts]
+
+# %% ../nbs/02_partition.ipynb #633d0beb
+def extended_dirichlet_partition(y, clients, alpha, classes_per_client=2, seed=0, min_size=10, max_tries=100,
+                                 num_classes=None) -> list[torch.LongTensor]:
+    "PFLlib's extended Dirichlet split: each client holds at most `classes_per_client` classes; each class cut over its owners by Dir(alpha)."
+    a = _labels(y); N = a.size; K, alpha = _check_clients(clients, N), check_alpha(alpha)
+    C = _num_classes(a, num_classes); k = int_arg(classes_per_client, 'classes_per_client', 1)
+    min_size, max_tries = int_arg(min_size, 'min_size'), int_arg(max_tries, 'max_tries', 1)
+    if k > C: raise ValueError(f"classes_per_client={k} exceeds the number of classes ({C})")
+    if K * k < C: raise ValueError(f"clients x classes_per_client = {K} x {k} < {C} classes: some classes would belong to no client; "
+                                   f"use classes_per_client >= {math.ceil(C / K)} or more clients")
+    rng, need = _rng(seed), max(1, K * k // C // 2)
+    by_class = [np.flatnonzero(a == c) for c in range(C)]
+    best = -1
+    for _ in range(max_tries):
+        for _ in range(1000):                                             # level 1: classes to clients
+            owners = [[] for _ in range(C)]
+            for i in range(K):
+                for c in rng.choice(C, k, replace=False): owners[c].append(i)
+            if min(len(o) for o in owners) >= need: break
+        parts, sizes = [[] for _ in range(K)], np.zeros(K, np.int64)
+        for c in range(C):                                                # level 2: each class over its owners
+            idx, own = rng.permutation(by_class[c]), np.array(owners[c])
+            p = rng.dirichlet(np.full(len(own), alpha)) * (sizes[own] < N / K)
+            p = p / p.sum() if p.sum() > 0 else np.full(len(own), 1 / len(own))
+            cuts = np.floor(np.cumsum(p)[:-1] * idx.size).astype(np.int64)
+            for i, piece in zip(own, np.split(idx, cuts)): parts[i].append(piece); sizes[i] += piece.size
+        if sizes.min() >= min_size: return [_sorted_long(np.concatenate(ps) if ps else np.zeros(0, np.int64)) for ps in parts]
+        best = max(best, int(sizes.min()))
+    raise ValueError(f"could not give every client >= min_size={min_size} samples in max_tries={max_tries} extended Dirichlet "
+                     f"draws (alpha={alpha:g}, {K} clients x {k} classes); the best draw's smallest client had {best}. "
+                     f"Use min_size <= {best}, a larger alpha, more classes_per_client or fewer clients")
+
+# %% ../nbs/02_partition.ipynb #4d178fe2
+CLIENT_SIZES = ('balanced', 'unbalanced')
+
+def unbalanced_shard_partition(y, clients, classes_per_client=2, seed=0, num_classes=None) -> list[torch.LongTensor]:
+    "`shard_partition` with each owner's share of a class drawn uniformly from [n/10, n) (n: the equal share), the last owner the rest."
+    a = _labels(y); K = _check_clients(clients, a.size); C = _num_classes(a, num_classes)
+    bal = shard_partition(a, K, classes_per_client, seed=seed, num_classes=C)          # who owns what (and the checks)
+    owners = [[i for i, q in enumerate(bal) if (a[q.numpy()] == c).any()] for c in range(C)]
+    rng = np.random.default_rng([int_arg(seed, 'seed'), 1])              # a stream apart from the owners' draw
+    parts = [[np.zeros(0, np.int64)] for _ in range(K)]
+    for c in range(C):
+        idx, own = rng.permutation(np.flatnonzero(a == c)), owners[c]
+        if not own: continue
+        n = idx.size / len(own)
+        take = [int(rng.integers(max(1, int(n // 10)), max(2, int(n)))) for _ in own[:-1]]
+        take = [min(t, idx.size - sum(take[:j]) - (len(own) - 1 - j)) for j, t in enumerate(take)]   # leave >= 1 for each later owner
+        for i, piece in zip(own, np.split(idx, np.cumsum(take))): parts[i].append(piece)
+    return [_sorted_long(np.concatenate(q)) for q in parts]
+
+# %% ../nbs/02_partition.ipynb #7aae4b5b
+LONG_TAILS = ('global', 'local')
+
+def local_long_tail(parts, y, imb_factor, seed=0, num_classes=None) -> list[torch.LongTensor]:
+    "Each client's indices cut to a long tail over its own random class order (imbalance `imb_factor` between its first and last class)."
+    a = _labels(y); IF = check_imb_factor(imb_factor); rng = np.random.default_rng([int_arg(seed, 'seed'), 2])
+    out = []
+    for q in parts:
+        q = np.asarray(q, dtype=np.int64)
+        cls = np.unique(a[q])
+        if cls.size <= 1: out.append(_sorted_long(q)); continue
+        order = rng.permutation(cls)
+        w = np.exp(-np.arange(cls.size) * math.log(IF) / (cls.size - 1)); w = w / w.sum()
+        keep = []
+        for c, wi in zip(order, w):
+            idx = q[a[q] == c]
+            keep.append(rng.choice(idx, size=min(idx.size, max(1, int(round(q.size * wi)))), replace=False))
+        out.append(_sorted_long(np.concatenate(keep)))
+    return out
 
 # %% ../nbs/02_partition.ipynb #057c3abc
 def local_test_counts(client_counts, test_class_counts, n_train=None, cap='scale') -> torch.Tensor:

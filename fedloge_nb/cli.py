@@ -5,9 +5,10 @@
 # %% ../nbs/16_cli.ipynb #acddfcf2
 from __future__ import annotations
 import json, sys
+from pathlib import Path
 from fastcore.script import call_parse, anno_parser, bool_arg
 from .federated import get_method
-from .guards import DivergenceError, check_folder, check_out, run_lock, clear_run, check_history
+from .guards import DivergenceError, check_folder, check_out, run_lock, clear_run, check_history, recover_checkpoint
 from .engine import run_fl, check_run
 from .commands import (COMMANDS, COMMAND_MODULES, register_command, load_commands, parse_list, hp_for,
                                  config_flags, command_config, check_names, hp_help,
@@ -36,6 +37,8 @@ def run(hp: str = '',                    # method hyperparameters, e.g. 'beta=0.
     "Train one federated method and write OUT/summary.json, history.csv, config.json."
     if backend != 'local' and backend not in backend_names(): raise ValueError(f"--backend {backend!r}: use local (default) or {' or '.join(backend_names())}")
     if backend == 'flower' and flower_workers < 1: raise ValueError(f"--flower_workers {flower_workers}: need at least 1 Ray actor")
+    if backend != 'local' and (bad := [f'--{k}' for k in ('new_clients', 'drop_rate', 'straggler_rate', 'tensorboard') if config.get(k)]):
+        raise ValueError(f"{', '.join(bad)}: the local engine's (not yet --backend {backend}): use --backend local")
     if hp.strip() == 'help': print(hp_help(config.get('method') or 'fedavg')); return {}   # --hp help: the method's table, nothing runs
     cfg = command_config(run, config, hp=parse_hp(hp))
     check_names(cfg.method, cfg.dataset, cfg.model)
@@ -44,6 +47,7 @@ def run(hp: str = '',                    # method hyperparameters, e.g. 'beta=0.
     check_out(out, cfg, resume=resume, overwrite=overwrite)
     with run_lock(out):                                   # OUT/.lock: one process per folder
         if overwrite: clear_run(out)
+        if resume and (note := recover_checkpoint(Path(out)/'checkpoint.pt')): print(f"fedloge_nb run: {note}", file=sys.stderr)   # a damaged latest: the previous one
         if resume and (note := check_history(out)): print(f"fedloge_nb run: {note}", file=sys.stderr)
         if backend == 'local': summary = run_fl(cfg, fed, out=out, resume=resume, progress=progress).summary
         else:

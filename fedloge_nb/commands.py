@@ -5,7 +5,7 @@
 # %% ../nbs/07_commands.ipynb #c0a1d2e6
 from __future__ import annotations
 import dataclasses, importlib, inspect, typing
-from fastcore.script import Param
+from fastcore.script import Param, bool_arg
 from fastcore.docments import docments
 from .federated import FedConfig, get_method
 from .hparams import hp_table
@@ -101,6 +101,7 @@ def config_flags(exclude=(), lead: int = 0):
             if f.name in exclude: continue
             if f.name in own: ps.append(own[f.name]); continue            # the command's own form of a field (--hp is a string)
             t = next((a for a in typing.get_args(hints[f.name]) if a is not type(None)), hints[f.name])   # int | None -> int
+            if t is bool: t = bool_arg                                   # --tensorboard true / false (argparse's bool('false') is True)
             ps.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
                                         annotation=_Flag(docs.get(f.name) or '', t)))
         ps += [p for p in mine[lead:] if p not in ps]

@@ -4,21 +4,25 @@
 
 # %% ../nbs/04a_engine.ipynb #2a05837c
 from __future__ import annotations
-import copy, json, math, time
+import copy, dataclasses, json, math, sys, time
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
 import torch
 from tqdm.auto import tqdm
-from .guards import auto_device, save_json, save_csv, save_checkpoint, load_checkpoint, check_finite, check_device
+from .guards import (auto_device, save_json, save_csv, save_checkpoint, load_checkpoint, recover_checkpoint,
+                               check_finite, check_device)
 from .evaluation import evaluate
 from .hparams import hp_key, revision   # the checkpoint key and a method's revision (chapter 03c: older results)
+from .evaluation import client_scores, personal_scores
+from .monitor import TBLog, tb_available
 from .federated import (FedConfig, Algorithm, client_datasets, sample_clients, derive_seed, seed_everything,
-                                  matched_hp, make_algorithm, round_config)
+                                  matched_hp, make_algorithm, client_fate, client_config, hold_out_clients)
 
 
 # %% auto #0
-__all__ = ['RunResult', 'last_k_means', 'scalar_metrics', 'make_summary', 'environment', 'start_run', 'run_fl', 'check_run']
+__all__ = ['RunResult', 'last_k_means', 'scalar_metrics', 'make_summary', 'environment', 'start_run', 'evaluate_new_clients',
+           'run_fl', 'check_run']
 
 # %% ../nbs/04a_engine.ipynb #134502b8
 @dataclass
@@ -59,12 +63,16 @@ def _evaluate_all(algo, fed, clients, client_states) -> dict:
     return m
 
 def _train_round(algo, cfg, clients, client_states, gstate, rnd):
-    results, ids, rcfg = [], sample_clients(cfg.clients, cfg.frac, cfg.seed, rnd), round_config(cfg, rnd)   # rcfg: this round's local lr
+    results, ids = [], sample_clients(cfg.clients, cfg.frac, cfg.seed, rnd)
+    rec = {'round': rnd, 'clients_asked': 0, 'clients_answered': 0, 'clients_dropped': 0, 'stragglers': 0, 'dropped': [], 'straggler_epochs': {}}
     for k in ids:
         if len(clients[k]) == 0: continue
+        fate = client_fate(cfg, rnd, k); rec['clients_asked'] += 1
+        if fate.dropped: rec['clients_dropped'] += 1; rec['dropped'].append(k); continue   # its update is lost: nothing changes on it
+        if fate.straggler: rec['stragglers'] += 1; rec['straggler_epochs'][k] = fate.epochs
         s = derive_seed(cfg.seed, 'client', rnd, k)
         torch.manual_seed(s)
-        r = algo.client_update(gstate, client_states[k], clients[k], rcfg, s)
+        r = algo.client_update(gstate, client_states[k], clients[k], client_config(cfg, rnd, k), s)   # this round's lr, a straggler's epochs
         check_finite(rnd, cfg, {'shared': r.state, 'private': r.client_state}, client=k, loss=r.loss)
         client_states[k] = r.client_state
         results.append(r)
@@ -73,7 +81,8 @@ def _train_round(algo, cfg, clients, client_states, gstate, rnd):
         check_finite(rnd, cfg, gstate)
         algo.load_global(gstate)
     losses = [r.loss for r in results if not math.isnan(r.loss)]
-    return gstate, (float(np.mean(losses)) if losses else float('nan')), len(results)
+    rec['clients_answered'] = len(results)
+    return gstate, (float(np.mean(losses)) if losses else float('nan')), len(results), rec
 
 # %% ../nbs/04a_engine.ipynb #17c2023e
 def make_summary(cfg: FedConfig, fed, algo: Algorithm, final: dict, history: list, train_time: float, finish_time: float) -> dict:
@@ -121,15 +130,16 @@ def _open_out(out, cfg: FedConfig, fed, resume: bool):
     save_json(out/'config.json', {'config': key, 'data': fed.config, 'device': cfg.device})
     return out
 
-def _checkpoint(out, rnd, gstate, client_states, history, algo, cfg, train_time):
-    "Write `checkpoint.pt`: everything a resumed run needs to continue after round `rnd`."
-    save_checkpoint(out/'checkpoint.pt', {'round': rnd, 'global': gstate, 'clients': client_states, 'history': history,
+def _checkpoint(out, rnd, gstate, client_states, history, algo, cfg, train_time, log=()):
+    "Write `checkpoint.pt`: everything a resumed run needs to continue after round `rnd` (the one it replaces kept as `checkpoint.prev.pt`)."
+    save_checkpoint(out/'checkpoint.pt', keep_previous=True, ckpt={'round': rnd, 'global': gstate, 'clients': client_states, 'history': history,
                                           'extra': algo.extra_state(), 'config': json.dumps(cfg.key(), sort_keys=True),
-                                          'hp': hp_key(algo), 'train_time': train_time})
+                                          'hp': hp_key(algo), 'train_time': train_time, **({'rounds': list(log)} if log else {})})
 
 def _resume(out, cfg: FedConfig, algo) -> tuple:
-    "(global state, client states, history, round, train time) from `out/checkpoint.pt`, refused when config or hp differ."
+    "(global state, client states, history, round, train time, unreliable-clients log) from `out/checkpoint.pt`, refused when config or hp differ."
     if out is None: raise ValueError("resume=True needs an out folder")
+    if note := recover_checkpoint(out/'checkpoint.pt'): print(f"fedloge_nb: {note}", file=sys.stderr)   # a damaged latest: the previous one
     ck = load_checkpoint(out/'checkpoint.pt')
     if 'flower' in ck: raise ValueError(f"{out/'checkpoint.pt'} was written by --backend flower: resume it with --backend flower")
     if ck.get('config') != json.dumps(cfg.key(), sort_keys=True):
@@ -140,7 +150,7 @@ def _resume(out, cfg: FedConfig, algo) -> tuple:
     algo.load_global({k: v.to(algo.device) for k, v in ck['global'].items()})
     client_states = [{k: v.to(algo.device) if isinstance(v, torch.Tensor) else v for k, v in cs.items()} for cs in ck['clients']]
     algo.load_extra_state(ck.get('extra', {}))
-    return algo.global_state(), client_states, ck['history'], ck['round'], ck.get('train_time', 0.0)
+    return algo.global_state(), client_states, ck['history'], ck['round'], ck.get('train_time', 0.0), ck.get('rounds', [])
 
 # %% ../nbs/04a_engine.ipynb #40df53d8
 def _finish(algo, fed, cfg: FedConfig, clients, client_states, history, train_time) -> tuple[list, dict]:
@@ -164,45 +174,99 @@ def _finish(algo, fed, cfg: FedConfig, clients, client_states, history, train_ti
         summary['own_hp'] = oalgo.hp
     return client_states, summary
 
+# %% ../nbs/04a_engine.ipynb #d410e405
+def evaluate_new_clients(algo: Algorithm, fed_new, cfg: FedConfig) -> dict:
+    "`pm_new_*`: every unseen client of `fed_new` personalised by `algo.personalize_new` for `cfg.post_epochs` epochs, tested on its local test set."
+    K = cfg.clients
+    new = [dataclasses.replace(d, k=K + i) for i, d in enumerate(client_datasets(fed_new, algo.device))]   # ids after the federation's
+    states = []
+    for d in new:
+        torch.manual_seed(derive_seed(cfg.seed, 'client_init', d.k))
+        cs = algo.init_client_state(d.k, d)
+        s = derive_seed(cfg.seed, 'new_client', d.k); torch.manual_seed(s)
+        states.append(algo.personalize_new(d, cs, cfg, int(cfg.post_epochs), s) if len(d) else cs)
+    check_finite(cfg.rounds, cfg, {'new_clients': states}, training=False)
+    res = personal_scores(algo, [client_scores(algo, d, cs) for d, cs in zip(new, states)])
+    out = {('new_client_acc' if k == 'client_acc' else 'pm_new_' + k[3:]): v for k, v in res.items()}
+    own = type(algo).personalize_new is not Algorithm.personalize_new
+    return {**out, 'new_clients_adapt': 'own' if own else 'generic'}
+
 # %% ../nbs/04a_engine.ipynb #f43d4329
+def _split(cfg: FedConfig, fed):
+    "(the federation that trains, the unseen clients or None) of `fed`, after checking its number of clients against the config."
+    want = cfg.clients + cfg.new_clients
+    if len(fed.train_idx) != want:
+        extra = f" + new_clients={cfg.new_clients}" if cfg.new_clients else ''
+        raise ValueError(f"the federated dataset has {len(fed.train_idx)} clients but cfg.clients={cfg.clients}{extra}")
+    return hold_out_clients(fed, cfg.new_clients) if cfg.new_clients else (fed, None)
+
+def _rounds_rows(log: list) -> list:
+    "The rows of `rounds.csv`: per round, the clients asked and answered, which were dropped and which straggled (k:epochs)."
+    return [{'round': r['round'], 'clients_asked': r['clients_asked'], 'clients_answered': r['clients_answered'],
+             'dropped': ' '.join(map(str, r['dropped'])), 'stragglers': ' '.join(f'{k}:{e}' for k, e in r['straggler_epochs'].items())}
+            for r in log]
+
+def _since(log: list, after: int) -> dict:
+    "Totals over the rounds after `after` of the unreliable-clients log (the columns of an evaluation's history row)."
+    rs = [r for r in log if r['round'] > after]
+    return {k: sum(r[k] for r in rs) for k in ('clients_asked', 'clients_answered', 'clients_dropped', 'stragglers')}
+
 def run_fl(cfg: FedConfig, fed=None, out=None, resume: bool = False, progress: bool = True, algo: Algorithm | None = None) -> RunResult:
-    "Train `cfg.method` on a federated dataset for `cfg.rounds` rounds and evaluate GM and PM."
+    "Train `cfg.method` on a federated dataset for `cfg.rounds` rounds and evaluate GM and PM (and the unseen clients' PM)."
     cfg = cfg.validate()
     check_device(cfg.device)
+    if cfg.tensorboard:
+        tb_available()
+        if out is None: raise ValueError("tensorboard=True writes its events to OUT/tb: give an out folder (--out)")
     algo = make_algorithm(cfg) if algo is None else algo
     if fed is None:
         from fedloge_nb.data import make_fed_data
         fed = make_fed_data(**cfg.data_args())
-    if len(fed.train_idx) != cfg.clients:
-        raise ValueError(f"the federated dataset has {len(fed.train_idx)} clients but cfg.clients={cfg.clients}")
+    fed, fed_new = _split(cfg, fed)
     out = _open_out(out, cfg, fed, resume)
     clients, client_states, gstate = start_run(algo, fed, cfg)
-    history, start, train_time = [], 0, 0.0
-    if resume: gstate, client_states, history, start, train_time = _resume(out, cfg, algo)
+    history, start, train_time, log = [], 0, 0.0, []
+    unreliable = cfg.drop_rate > 0 or cfg.straggler_rate > 0
+    if resume: gstate, client_states, history, start, train_time, log = _resume(out, cfg, algo)
+    tb = TBLog(out/'tb', purge_step=start + 1 if resume else None) if cfg.tensorboard else None
     bar = tqdm(range(start + 1, cfg.rounds + 1), desc=f'{cfg.method}', disable=not progress, initial=start, total=cfg.rounds)
     for rnd in bar:
         t0 = time.perf_counter()
-        gstate, loss, n_clients = _train_round(algo, cfg, clients, client_states, gstate, rnd)
+        gstate, loss, n_clients, rec = _train_round(algo, cfg, clients, client_states, gstate, rnd)
         train_time += time.perf_counter() - t0
+        if unreliable: log.append(rec)
+        if tb: tb.round(rnd, loss, rec if unreliable else None)
         if rnd % cfg.eval_every == 0 or rnd == cfg.rounds:
-            m = scalar_metrics(_evaluate_all(algo, fed, clients, client_states))
-            history.append({'round': rnd, 'train_loss': loss, 'clients': n_clients, 'train_time_s': round(train_time, 3), **m})
+            mm = _evaluate_all(algo, fed, clients, client_states); m = scalar_metrics(mm)
+            row = {'round': rnd, 'train_loss': loss, 'clients': n_clients, 'train_time_s': round(train_time, 3)}
+            if unreliable: row.update(_since(log, history[-1]['round'] if history else 0))   # since the previous evaluation
+            history.append({**row, **m})
+            if tb: tb.evaluation(rnd, mm)
             bar.set_postfix({k: f"{m[k]:.1f}" for k in ('gm_acc', 'pm_acc') if m.get(k) is not None})
-            if out is not None: save_csv(out/'history.csv', history)
+            if out is not None:
+                save_csv(out/'history.csv', history)
+                if unreliable: save_csv(out/'rounds.csv', _rounds_rows(log))
         if out is not None and (rnd % cfg.ckpt_every == 0 or rnd == cfg.rounds):
-            _checkpoint(out, rnd, gstate, client_states, history, algo, cfg, train_time)
+            _checkpoint(out, rnd, gstate, client_states, history, algo, cfg, train_time, log)
     client_states, summary = _finish(algo, fed, cfg, clients, client_states, history, train_time)
+    if unreliable:
+        done = [e for r in log for k, e in r['straggler_epochs'].items()]
+        summary.update({'updates_lost': sum(r['clients_dropped'] for r in log), 'straggler_updates': len(done),
+                        'updates_answered': sum(r['clients_answered'] for r in log)})
+    if fed_new is not None: summary.update(evaluate_new_clients(algo, fed_new, cfg))
     if out is not None:
         if history: save_csv(out/'history.csv', history)
         save_json(out/'summary.json', summary)
+    if tb: tb.final(cfg.rounds, summary, cfg.key()); tb.close()
     return RunResult(summary, history, algo, client_states, fed, clients)
 
 # %% ../nbs/04a_engine.ipynb #g0a7d1e7
 def check_run(cfg: FedConfig, fed=None):
     "Check config, device, data and the method's hyperparameter values (one build) before anything is written; returns the data."
     cfg.validate(); check_device(cfg.device)
+    if cfg.tensorboard: tb_available()
     if fed is None:
         from fedloge_nb.data import make_fed_data
         fed = make_fed_data(**cfg.data_args())
-    start_run(make_algorithm(cfg), fed, cfg)
+    start_run(make_algorithm(cfg), _split(cfg, fed)[0], cfg)
     return fed

@@ -14,13 +14,14 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 from fastcore.basics import patch
 from .hparams import HP, check_hp, derive_defaults
+from .partition import shot_groups
 
 # %% auto #0
 __all__ = ['LR_SCHEDULES', 'METHODS', 'KINDS', 'PLUGINS', 'METHOD_MODULES', 'METHODS_ENV', 'FedConfig', 'lr_at', 'round_config',
-           'derive_seed', 'seed_everything', 'sample_clients', 'ClientData', 'client_datasets', 'weighted_average',
-           'ClientResult', 'register', 'Algorithm', 'shared', 'local_sgd', 'FedAvg', 'Plugin', 'register_plugin',
-           'composable_bases', 'compose', 'method_modules', 'load_methods', 'get_method', 'matched_hp',
-           'make_algorithm']
+           'derive_seed', 'seed_everything', 'sample_clients', 'ClientFate', 'client_fate', 'client_config',
+           'ClientData', 'client_datasets', 'hold_out_clients', 'weighted_average', 'ClientResult', 'register',
+           'Algorithm', 'shared', 'local_sgd', 'FedAvg', 'Plugin', 'register_plugin', 'composable_bases', 'compose',
+           'method_modules', 'load_methods', 'get_method', 'matched_hp', 'make_algorithm']
 
 # %% ../nbs/04_federated.ipynb #98d60cf2
 @dataclass
@@ -57,6 +58,11 @@ class FedConfig:
     lr_decay: float = 1.0              # local lr schedule: 'exp' multiplies the lr by this every round (1: constant), 'step' every lr_step rounds
     lr_schedule: str = 'exp'           # exp (lr * lr_decay^(t-1)), step (lr * lr_decay^floor((t-1)/lr_step)) or cosine (to 0 at the last round)
     lr_step: int = 1                   # rounds between two decays of the 'step' schedule
+    new_clients: int = 0               # unseen clients: this many more clients drawn from the same split, held out of training, personalised for post_epochs after it (pm_new_*)
+    drop_rate: float = 0.0             # unreliable clients: chance that a sampled client's update is lost in a round (drawn per round and client from the seed)
+    straggler_rate: float = 0.0        # unreliable clients: chance that a sampled client is a straggler in a round (fewer local epochs)
+    straggler_min_epochs: int = 1      # a straggler does between this and local_epochs - 1 local epochs (uniform, drawn per round and client)
+    tensorboard: bool = False          # also log to TensorBoard under OUT/tb (GM, PM, loss, norms, per-client accuracy, hparams); needs the tensorboard extra
 
 # %% ../nbs/04_federated.ipynb #5e2cbffd
 @patch
@@ -75,6 +81,16 @@ def validate(self: FedConfig) -> 'FedConfig':
     if self.lr_schedule not in LR_SCHEDULES: raise ValueError(f"lr_schedule={self.lr_schedule!r}: use one of {', '.join(LR_SCHEDULES)}, e.g. --lr_schedule exp --lr_decay 0.99")
     if not 0 < self.lr_decay <= 1: raise ValueError(f"lr_decay={self.lr_decay} is outside (0, 1]: use e.g. --lr_decay 0.99 (1 = constant lr)")
     if self.lr_step < 1: raise ValueError(f"lr_step={self.lr_step}: need at least 1 round between two decays")
+    if self.new_clients < 0: raise ValueError(f"new_clients={self.new_clients}: need >= 0 (0 = every client takes part in training)")
+    if self.new_clients and self.post_epochs is None:
+        raise ValueError(f"new_clients={self.new_clients} personalises each unseen client for the same budget in every method: set it, e.g. --post_epochs 5")
+    if not 0 <= self.drop_rate < 1: raise ValueError(f"drop_rate={self.drop_rate} is outside [0, 1): use e.g. --drop_rate 0.2 (0 = no update is lost)")
+    if not 0 <= self.straggler_rate <= 1: raise ValueError(f"straggler_rate={self.straggler_rate} is outside [0, 1]: use e.g. --straggler_rate 0.5 (0 = no stragglers)")
+    if self.straggler_rate > 0 and not 1 <= self.straggler_min_epochs < self.local_epochs:
+        raise ValueError(f"a straggler does straggler_min_epochs to local_epochs - 1 local epochs, so it needs 1 <= straggler_min_epochs < local_epochs "
+                         f"(got {self.straggler_min_epochs} and {self.local_epochs}): use e.g. --local_epochs 5 --straggler_min_epochs 1")
+    if self.straggler_rate == 0 and self.straggler_min_epochs != 1:
+        raise ValueError(f"straggler_min_epochs={self.straggler_min_epochs} does nothing without stragglers: set --straggler_rate (e.g. 0.5) or drop it")
     if self.lr_schedule == 'cosine' and self.lr_decay != 1: raise ValueError(f"lr_schedule='cosine' takes no lr_decay (got {self.lr_decay}): drop --lr_decay")
     return self
 
@@ -82,17 +98,19 @@ def validate(self: FedConfig) -> 'FedConfig':
 @patch
 def data_args(self: FedConfig) -> dict:
     "Arguments of `make_fed_data` for this run."
-    return dict(dataset=self.dataset, imb_factor=self.imb_factor, alpha=self.alpha, clients=self.clients,
+    a = dict(dataset=self.dataset, imb_factor=self.imb_factor, alpha=self.alpha, clients=self.clients,
                 partition=self.partition, classes_per_client=self.classes_per_client, min_size=self.min_size,
                 seed=self.seed if self.data_seed is None else self.data_seed, shot_rule=self.shot_rule,
                 max_per_class=self.max_per_class, test_max_per_class=self.test_max_per_class, val_frac=self.val_frac)
+    if self.new_clients: a['clients'] = self.clients + self.new_clients          # the unseen clients come from the same split
+    return a
 
 # %% ../nbs/04_federated.ipynb #83551b99
 @patch
 def key(self: FedConfig) -> dict:
     "The config minus run-location fields: two runs with equal keys must give equal numbers."
-    d = asdict(self); d.pop('device'); d.pop('eval_every'); d.pop('ckpt_every'); d.pop('last_k')
-    for k in ('val_frac', 'post_epochs', 'lr_decay', 'lr_schedule', 'lr_step'):   # fields added later: absent at their default, so older keys still match
+    d = asdict(self); d.pop('device'); d.pop('eval_every'); d.pop('ckpt_every'); d.pop('last_k'); d.pop('tensorboard')
+    for k in ('val_frac', 'post_epochs', 'lr_decay', 'lr_schedule', 'lr_step', 'new_clients', 'drop_rate', 'straggler_rate', 'straggler_min_epochs'):   # fields added later: absent at their default, so older keys still match
         if d[k] == getattr(FedConfig, k): d.pop(k)
     return json.loads(json.dumps(d))
 
@@ -125,6 +143,28 @@ def sample_clients(clients: int, frac: float, seed: int, rnd: int) -> list[int]:
     "Sorted ids of the clients taking part in round `rnd`."
     m = max(1, int(frac * clients))
     return sorted(np.random.default_rng(derive_seed(seed, 'sample', rnd)).choice(clients, m, replace=False).tolist())
+
+# %% ../nbs/04_federated.ipynb #41eccb36
+@dataclass(frozen=True)
+class ClientFate:
+    "What happens to a sampled client in one round: is its update lost, and how many local epochs does it do."
+    dropped: bool
+    epochs: int
+    straggler: bool = False
+
+def client_fate(cfg: FedConfig, rnd: int, k: int) -> ClientFate:
+    "Client k's fate in round `rnd` (dropped? local epochs?): a pure function of (cfg.seed, round, client) and the run's rates."
+    if cfg.drop_rate == 0 and cfg.straggler_rate == 0: return ClientFate(False, cfg.local_epochs)
+    u_drop, u_strag, u_epochs = np.random.default_rng(derive_seed(cfg.seed, 'fate', int(rnd), int(k))).random(3)
+    straggler = bool(u_strag < cfg.straggler_rate)
+    m = cfg.straggler_min_epochs
+    epochs = m + int(u_epochs * (cfg.local_epochs - m)) if straggler else cfg.local_epochs    # uniform in {m, ..., E-1}
+    return ClientFate(bool(u_drop < cfg.drop_rate), epochs, straggler)
+
+def client_config(cfg: FedConfig, rnd: int, k: int) -> FedConfig:
+    "The config client k trains with in round `rnd`: `round_config`'s lr, and a straggler's fewer `local_epochs`."
+    rcfg, e = round_config(cfg, rnd), client_fate(cfg, rnd, k).epochs
+    return rcfg if e == rcfg.local_epochs else dataclasses.replace(rcfg, local_epochs=e)
 
 # %% ../nbs/04_federated.ipynb #02f6993a
 @dataclass
@@ -168,6 +208,19 @@ def client_datasets(fed, device='cpu') -> list[ClientData]:
         out.append(ClientData(k, fed.x_train[tr].to(device), fed.y_train[tr].to(device), fed.x_test[te].to(device),
                               fed.y_test[te].to(device), fed.client_counts[k].clone(), fed.augment, xv, yv))
     return out
+
+# %% ../nbs/04_federated.ipynb #9b541cc1
+def hold_out_clients(fed, n: int) -> tuple:
+    "(the first K - n clients of `fed`: the federation that trains; its last n clients: unseen, held out of training), as two `FedData`."
+    K = fed.clients - int(n)
+    if not 0 < int(n) < fed.clients: raise ValueError(f"hold_out_clients: n={n} must be between 1 and {fed.clients - 1} (the split has {fed.clients} clients)")
+    cut = lambda xs, s: None if xs is None else xs[s]
+    counts, config = fed.client_counts[:K].sum(0), {**fed.config, 'clients': K, 'new_clients': int(n)}
+    train = dataclasses.replace(fed, train_idx=fed.train_idx[:K], test_idx=fed.test_idx[:K], client_counts=fed.client_counts[:K],
+                                class_counts=counts, shots=shot_groups(counts, fed.shot_rule), val_idx=cut(fed.val_idx, slice(None, K)), config=config)
+    new = dataclasses.replace(fed, train_idx=fed.train_idx[K:], test_idx=fed.test_idx[K:], client_counts=fed.client_counts[K:],
+                              val_idx=cut(fed.val_idx, slice(K, None)), config=config)
+    return train, new
 
 # %% ../nbs/04_federated.ipynb #acf5f6e6
 def weighted_average(states: list[dict], weights) -> dict:
@@ -336,6 +389,11 @@ def finish(self: Algorithm, fed, cfg: FedConfig, clients: list, client_states: l
 def diagnostics(self: Algorithm, fed, clients: list, client_states: list) -> dict:
     "Scalars (and lists, summary only) describing the model at an evaluation, e.g. classifier norms (default: none)."
     return {}
+
+@patch
+def personalize_new(self: Algorithm, data: ClientData, cstate: dict, cfg: FedConfig, epochs: int, seed: int) -> dict:
+    "Client state of an unseen client (`--new_clients`) after `epochs` local epochs of the method's own personalisation, the server model fixed (default: none, the generic model)."
+    return cstate
 
 @patch(cls_method=True)
 def post_hp(cls: Algorithm, epochs: int) -> dict | None:

@@ -11,10 +11,10 @@ import torch
 from .datasets import atomic_write  # the one atomic file write (cache, results, checkpoints)
 
 # %% auto #0
-__all__ = ['RUN_FILES', 'DiskFullError', 'disk_guard', 'save_json', 'save_csv', 'save_png', 'save_checkpoint', 'load_checkpoint',
-           'DivergenceError', 'nonfinite', 'check_finite', 'lr_hint', 'auto_device', 'check_device', 'pid_alive',
-           'lock_holder', 'check_folder', 'check_out', 'clear_run', 'take_lock', 'release_lock', 'run_lock',
-           'check_history']
+__all__ = ['RUN_FILES', 'DiskFullError', 'disk_guard', 'save_json', 'save_csv', 'save_png', 'save_checkpoint',
+           'previous_checkpoint', 'load_checkpoint', 'recover_checkpoint', 'DivergenceError', 'nonfinite',
+           'check_finite', 'lr_hint', 'auto_device', 'check_device', 'pid_alive', 'lock_holder', 'check_folder',
+           'check_out', 'clear_run', 'take_lock', 'release_lock', 'run_lock', 'check_history']
 
 # %% ../nbs/03a_guards.ipynb #87bc0200
 class DiskFullError(ValueError):
@@ -55,10 +55,16 @@ def save_png(fig, path, dpi: int = 110, bbox_inches=None):
     buf = io.BytesIO(); fig.savefig(buf, format='png', dpi=dpi, bbox_inches=bbox_inches); plt.close(fig)
     with disk_guard(path): atomic_write(path, buf.getvalue())
 
-def save_checkpoint(path, ckpt: dict):
-    "torch.save to a temp file, then os.replace."
+def save_checkpoint(path, ckpt: dict, keep_previous: bool = False):
+    "torch.save to a temp file, then os.replace (`keep_previous`: the checkpoint it replaces moves to `previous_checkpoint(path)` first)."
     buf = io.BytesIO(); torch.save(ckpt, buf)
-    with disk_guard(path): atomic_write(path, buf.getvalue())
+    with disk_guard(path):
+        if keep_previous and Path(path).exists(): os.replace(path, previous_checkpoint(path))
+        atomic_write(path, buf.getvalue())
+
+def previous_checkpoint(path) -> Path:
+    "Where the checkpoint before `path` is kept: `checkpoint.prev.pt` beside `checkpoint.pt`."
+    p = Path(path); return p.with_name(f'{p.stem}.prev{p.suffix}')
 
 def load_checkpoint(path) -> dict:
     "Load a checkpoint written by `save_checkpoint` (weights_only), with a clear error when missing or corrupted."
@@ -68,6 +74,19 @@ def load_checkpoint(path) -> dict:
     except Exception as e:
         raise ValueError(f"checkpoint {path} is corrupted or not a fedloge_nb checkpoint ({type(e).__name__}: {e}); "
                          f"delete it and run without --resume") from None
+
+# %% ../nbs/03a_guards.ipynb #c7a230bc
+def recover_checkpoint(path) -> str | None:
+    "Before a resume: when checkpoint `path` is missing or unreadable and the previous one reads, put the previous one in its place; the line saying so (None: nothing done)."
+    path = Path(path); prev = previous_checkpoint(path)
+    if not prev.exists(): return None
+    try: load_checkpoint(path); return None
+    except FileNotFoundError: why = 'is missing'
+    except ValueError as e: why = f"is unreadable ({str(e).split('(', 1)[-1].split(')')[0]})"
+    try: ck = load_checkpoint(prev)
+    except (ValueError, FileNotFoundError): return None                # both bad: the resume stops with load_checkpoint's error
+    with disk_guard(path): atomic_write(path, prev.read_bytes())
+    return f"checkpoint {path} {why}: continuing from the previous checkpoint {prev.name} (round {ck.get('round', '?')})"
 
 # %% ../nbs/03a_guards.ipynb #5c80f9be
 class DivergenceError(RuntimeError):
@@ -168,13 +187,13 @@ def check_out(out, cfg: FedConfig, resume: bool = False, overwrite: bool = False
     if resume: return out
     if (out/'summary.json').exists():
         raise ValueError(f"--out {out} holds a finished run of this config: use --resume true to reuse it, another --out, or --overwrite true to replace it")
-    if (out/'checkpoint.pt').exists():
+    if (out/'checkpoint.pt').exists() or previous_checkpoint(out/'checkpoint.pt').exists():
         raise ValueError(f"--out {out} holds an unfinished run of this config (checkpoint.pt): use --resume true to continue it, "
                          f"another --out, or --overwrite true to start again")
     return out
 
 # %% ../nbs/03a_guards.ipynb #cc31d7b9
-RUN_FILES = ('config.json', 'history.csv', 'checkpoint.pt', 'summary.json')
+RUN_FILES = ('config.json', 'history.csv', 'checkpoint.pt', 'checkpoint.prev.pt', 'summary.json')
 
 def clear_run(out):
     "Delete the files a run writes into `out` (`RUN_FILES`), for an explicit overwrite; other files stay."

@@ -12,7 +12,7 @@ from fastcore.script import call_parse, bool_arg, store_true
 from .federated import FedConfig, make_algorithm
 from .datasets import atomic_write
 from .engine import run_fl, last_k_means
-from .guards import save_json, save_csv, load_checkpoint, check_device
+from .guards import save_json, save_csv, load_checkpoint, check_device, recover_checkpoint, previous_checkpoint
 from .hparams import hp_key, revision, current_names   # older results: renamed hyperparameters, revisions (chapter 03c)
 from .guards import take_lock, release_lock
 from .commands import register_command, hp_for
@@ -71,13 +71,14 @@ def run_cell(cell: Cell, out, fed=None, progress: bool = False, keep_checkpoints
     d = Path(out)/cell.name; key = cell.cfg.key()
     c = _read_json(d/'config.json')
     if d.exists() and (c is None or not same_config(c.get('config'), key)): shutil.rmtree(d)   # another config, or a folder without config
-    resume = False
-    if (d/'checkpoint.pt').exists():
+    resume, ckp = False, d/'checkpoint.pt'
+    if note := recover_checkpoint(ckp): print(f"fedloge_nb sweep: {cell.name}: {note}", file=sys.stderr)   # a damaged latest: the previous one
+    if ckp.exists():
         try:
             ck = load_checkpoint(d/'checkpoint.pt')
             resume = ck.get('config') == json.dumps(key, sort_keys=True) and ck.get('hp', hp_key(make_algorithm(cell.cfg))) == hp_key(make_algorithm(cell.cfg))
         except ValueError: resume = False
-        if not resume: (d/'checkpoint.pt').unlink()
+        if not resume: ckp.unlink(); previous_checkpoint(ckp).unlink(missing_ok=True)
     if (d/'error.txt').exists(): (d/'error.txt').unlink()
     try:
         if fed is None:
@@ -87,7 +88,8 @@ def run_cell(cell: Cell, out, fed=None, progress: bool = False, keep_checkpoints
     except Exception:
         atomic_write(d/'error.txt', f"cell {cell.name}\nconfig {json.dumps(key)}\n\n{traceback.format_exc()}")
         return 'failed'
-    if not keep_checkpoints and (d/'checkpoint.pt').exists(): (d/'checkpoint.pt').unlink()
+    if not keep_checkpoints:
+        for f in (ckp, previous_checkpoint(ckp)): f.unlink(missing_ok=True)
     return 'ok'
 
 # %% ../nbs/15_sweep.ipynb #332492eb

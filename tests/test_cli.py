@@ -102,7 +102,7 @@ def test_resume_errors(tmp_path, main_in_process):
     code, _, se = main_in_process('run', *TINY, '--rounds', '2', '--out', tmp_path / 'none', '--resume', 'true')
     assert code == 2 and 'without --resume' in se
     out = tmp_path / 'r'; assert main_in_process('run', *TINY, '--rounds', '2', '--out', out)[0] == 0
-    (out / 'checkpoint.pt').write_bytes(b'garbage')
+    (out / 'checkpoint.pt').write_bytes(b'garbage'); (out / 'checkpoint.prev.pt').unlink(missing_ok=True)   # no previous one to fall back on
     code, _, se = main_in_process('run', *TINY, '--rounds', '2', '--out', out, '--resume', 'true')
     assert code == 2 and 'corrupted' in se
     code, _, se = main_in_process('run', *TINY, '--rounds', '3', '--out', out)

@@ -28,7 +28,7 @@ def test_divergence_stops_with_one_line_and_keeps_the_last_good_checkpoint(tmp_p
     assert 'training diverged in round 3 (client 0: loss nan' in se and 'lower --lr (now 0.1)' in se, se
     assert load_checkpoint(out / 'checkpoint.pt')['round'] == 2          # the last good one
     assert (out / 'history.csv').read_text().splitlines()[1:] and len((out / 'history.csv').read_text().splitlines()) == 3
-    assert files(out) == ['checkpoint.pt', 'config.json', 'history.csv']            # no summary, lock released
+    assert files(out) == ['checkpoint.prev.pt', 'checkpoint.pt', 'config.json', 'history.csv']   # no summary, lock released; round 1's kept too
 
 def test_huge_learning_rate_is_reported_not_summarised(tmp_path, main_in_process):
     code, so, se = main_in_process('run', *TINY, '--lr', '1e12', '--out', tmp_path / 'x')
@@ -110,7 +110,7 @@ def test_finished_run_is_not_overwritten_silently(tmp_path, main_in_process):
     assert main_in_process('run', *TINY, '--out', out, '--resume', 'true')[0] == 0
     code, so, se = main_in_process('run', *TINY, '--out', out, '--overwrite', 'true')
     assert code == 0 and (out / 'summary.json').stat().st_mtime_ns != t, se
-    assert files(out) == ['checkpoint.pt', 'config.json', 'history.csv', 'summary.json']
+    assert files(out) == ['checkpoint.prev.pt', 'checkpoint.pt', 'config.json', 'history.csv', 'summary.json']
     (out / 'summary.json').unlink()
     code, so, se = main_in_process('run', *TINY, '--out', out)
     assert code == 2 and 'holds an unfinished run' in se and not (out / 'summary.json').exists(), se
@@ -163,3 +163,16 @@ def test_resume_rebuilds_an_unreadable_history_from_the_checkpoint(tmp_path, mai
     assert (out / 'history.csv').read_text() == good
     code, so, se = main_in_process('run', *TINY, '--out', out, '--resume', 'true')
     assert code == 0 and se.strip() == '', se                       # nothing to say when it is fine
+
+def test_resume_continues_from_the_previous_checkpoint_when_the_latest_is_truncated(tmp_path, main_in_process):
+    "A truncated latest checkpoint: the resume takes the one before (one line says so) and ends with the numbers of an uninterrupted run."
+    ref = tmp_path / 'ref'; assert main_in_process('run', *TINY, '--rounds', '3', '--out', ref)[0] == 0
+    out = tmp_path / 'r'; assert main_in_process('run', *TINY, '--rounds', '3', '--out', out)[0] == 0
+    (out / 'summary.json').unlink()                                           # as if killed after the last checkpoint
+    b = (out / 'checkpoint.pt').read_bytes(); (out / 'checkpoint.pt').write_bytes(b[:len(b) // 3])
+    code, so, se = main_in_process('run', *TINY, '--rounds', '3', '--out', out, '--resume', 'true')
+    assert code == 0 and 'is unreadable' in se and 'continuing from the previous checkpoint checkpoint.prev.pt (round 2)' in se, se
+    assert [l for l in se.splitlines() if 'checkpoint' in l and 'history' not in l] == [se.splitlines()[0]], se   # one line about it
+    got, want = (json.loads((d / 'summary.json').read_text()) for d in (out, ref))
+    assert (got['gm_acc'], got['client_acc']) == (want['gm_acc'], want['client_acc'])
+    assert [r['round'] for r in csv.DictReader(open(out / 'history.csv'))] == ['1', '2', '3']

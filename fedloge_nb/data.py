@@ -14,14 +14,15 @@ from fastcore.basics import patch
 from .datasets import DATASETS, load_dataset, dataset_key
 from .partition import (SHOT_RULES, check_alpha, int_arg, check_imb_factor, dirichlet_partition, iid_partition,
                                   local_test_indices, long_tail_counts, long_tail_indices, partition_counts,
-                                  per_class_subsample, shard_partition, shot_groups)
+                                  per_class_subsample, shard_partition, shot_groups, extended_dirichlet_partition,
+                                  unbalanced_shard_partition, local_long_tail, CLIENT_SIZES, LONG_TAILS)
 
 # %% auto #0
 __all__ = ['PARTITIONS', 'AUGMENTS', 'FedData', 'balanced_holdout', 'stratified_holdout', 'make_fed_data', 'augment_batch',
            'batches']
 
 # %% ../nbs/02b_data.ipynb #ab8474cc
-PARTITIONS = ('dirichlet', 'iid', 'shard')
+PARTITIONS = ('dirichlet', 'iid', 'shard', 'exdir')
 
 def _stage_seed(seed: int, stage: str) -> int:
     "An independent 32-bit seed for one random stage of `make_fed_data`, derived from (seed, stage)."
@@ -99,7 +100,9 @@ def summary(self: FedData) -> str:
     sizes, tsizes = cc.sum(1), tc.sum(1)
     cnt = self.class_counts.tolist()
     part = {'dirichlet': f"dirichlet(alpha={c['alpha']}, min_size={c['min_size']})", 'iid': 'iid',
-            'shard': f"shard({c['classes_per_client']} classes per client)"}[c['partition']]
+            'shard': f"shard({c['classes_per_client']} classes per client, {c.get('client_sizes', 'balanced')})",
+            'exdir': f"extended dirichlet(alpha={c['alpha']}, {c['classes_per_client']} classes per client)"}[c['partition']]
+    if c.get('long_tail', 'global') == 'local': part += f", local long tail (IF={c['imb_factor']} within each client)"
     rule = {'fedloge': 'fedloge 75%/95% cumulative', 'count': 'count >100 / 20-100 / <20'}[self.shot_rule]
     med = lambda t: int(t.float().median().item())
     return '\n'.join([
@@ -188,12 +191,16 @@ def stratified_holdout(parts: list, y: torch.Tensor, frac: float, seed: int) -> 
 
 # %% ../nbs/02b_data.ipynb #5f4e4581
 def _check_fed_args(dataset, imb_factor, alpha, clients, partition, seed, shot_rule, max_per_class, test_max_per_class,
-                    local_test_cap, val_frac) -> tuple[str, int, int]:
+                    local_test_cap, val_frac, long_tail='global', client_sizes='balanced') -> tuple[str, int, int]:
     "Validate the arguments of `make_fed_data` before any data is loaded: (dataset key, seed, K)."
     key = dataset_key(dataset)
     check_imb_factor(imb_factor)
     if partition not in PARTITIONS: raise ValueError(f"unknown partition {partition!r}; use one of {PARTITIONS}")
-    if partition == 'dirichlet': check_alpha(alpha)
+    if partition in ('dirichlet', 'exdir'): check_alpha(alpha)
+    if long_tail not in LONG_TAILS: raise ValueError(f"long_tail must be one of {LONG_TAILS} (global: FedLoGe's, local: each client its own), got {long_tail!r}")
+    if client_sizes not in CLIENT_SIZES: raise ValueError(f"client_sizes must be one of {CLIENT_SIZES}, got {client_sizes!r}")
+    if client_sizes == 'unbalanced' and partition != 'shard':
+        raise ValueError(f"client_sizes='unbalanced' applies to partition='shard' (the {partition!r} split sets the sizes itself); use --partition shard")
     if shot_rule not in SHOT_RULES: raise ValueError(f"unknown shot_rule {shot_rule!r}; use one of {SHOT_RULES}")
     if local_test_cap not in ('scale', 'clip'): raise ValueError(f"local_test_cap must be 'scale' or 'clip', got {local_test_cap!r}")
     seed, K = int_arg(seed, 'seed'), int_arg(clients, 'clients (K)', 1)
@@ -229,30 +236,39 @@ def _long_tail_split(xtr, ytr, imb_factor, seed: int, C: int):
     return xtr, ytr, class_counts
 
 # %% ../nbs/02b_data.ipynb #ed20eb98
-def _split_clients(ytr, K: int, partition: str, alpha, min_size, classes_per_client, seed: int, C: int):
+def _split_clients(ytr, K: int, partition: str, alpha, min_size, classes_per_client, seed: int, C: int, client_sizes='balanced'):
     "(client index sets, resolved min_size): the split of the long-tailed training set over K clients."
     ps = _stage_seed(seed, 'partition')
-    if partition == 'dirichlet':
-        min_size = min(10, len(ytr) // (2 * K)) if min_size is None else min_size
-        parts = dirichlet_partition(ytr, K, alpha, seed=ps, min_size=min_size, num_classes=C)
+    if partition in ('dirichlet', 'exdir'): min_size = min(10, len(ytr) // (2 * K)) if min_size is None else min_size
+    if partition == 'dirichlet': parts = dirichlet_partition(ytr, K, alpha, seed=ps, min_size=min_size, num_classes=C)
+    elif partition == 'exdir':
+        parts = extended_dirichlet_partition(ytr, K, alpha, classes_per_client, seed=ps, min_size=min_size, num_classes=C)
     elif partition == 'iid': parts = iid_partition(ytr, K, seed=ps)
+    elif client_sizes == 'unbalanced': parts = unbalanced_shard_partition(ytr, K, classes_per_client, seed=ps, num_classes=C)
     else: parts = shard_partition(ytr, K, classes_per_client, seed=ps, num_classes=C)
     return parts, min_size
+
+def _local_long_tail(xtr, ytr, parts, imb_factor, seed: int, C: int):
+    "(x, y, client index sets, class counts) after each client's data is cut to its own long tail; the training set keeps only what some client holds."
+    parts = local_long_tail(parts, ytr, imb_factor, seed=_stage_seed(seed, 'local_long_tail'), num_classes=C)
+    keep = torch.cat(parts).sort().values
+    return xtr[keep], ytr[keep], [torch.searchsorted(keep, q) for q in parts], torch.bincount(ytr[keep], minlength=C)
 
 # %% ../nbs/02b_data.ipynb #be38fcbb
 def make_fed_data(dataset='fmnist', imb_factor=100, alpha=0.5, clients=20, partition='dirichlet', classes_per_client=2,
                   min_size=None, seed=0, root=None, shot_rule='fedloge', max_per_class=None, test_max_per_class=None,
-                  local_test_cap='scale', dataset_kwargs=None, val_frac=0.0) -> FedData:
+                  local_test_cap='scale', dataset_kwargs=None, val_frac=0.0, long_tail='global', client_sizes='balanced') -> FedData:
     "Build the Fed-LT split: long-tailed train subset, non-IID partition over `clients`, local test sets, shot groups."
     key, seed, K = _check_fed_args(dataset, imb_factor, alpha, clients, partition, seed, shot_rule, max_per_class,
-                                   test_max_per_class, local_test_cap, val_frac)
+                                   test_max_per_class, local_test_cap, val_frac, long_tail, client_sizes)
     train, test = load_dataset(key, root, **(dataset_kwargs or {}))
     C = train.num_classes
     xtr, ytr = _cap_per_class(train.x, train.y, max_per_class, seed, 'train_subsample')
     xte, yte = _cap_per_class(test.x, test.y, test_max_per_class, seed, 'test_subsample')
     xva, yva, xtr, ytr = _split_global_val(xtr, ytr, yte, val_frac, seed, C)
-    xtr, ytr, class_counts = _long_tail_split(xtr, ytr, imb_factor, seed, C)
-    parts, min_size = _split_clients(ytr, K, partition, alpha, min_size, classes_per_client, seed, C)
+    if long_tail == 'global': xtr, ytr, class_counts = _long_tail_split(xtr, ytr, imb_factor, seed, C)
+    parts, min_size = _split_clients(ytr, K, partition, alpha, min_size, classes_per_client, seed, C, client_sizes)
+    if long_tail == 'local': xtr, ytr, parts, class_counts = _local_long_tail(xtr, ytr, parts, imb_factor, seed, C)
     vidx = None
     if val_frac > 0:                                                   # stratified local validation sets
         parts, vidx = stratified_holdout(parts, ytr, float(val_frac), _stage_seed(seed, 'local_val'))
@@ -263,6 +279,7 @@ def make_fed_data(dataset='fmnist', imb_factor=100, alpha=0.5, clients=20, parti
                   classes_per_client=classes_per_client, min_size=min_size, seed=seed, root=None if root is None else str(root),
                   shot_rule=shot_rule, max_per_class=max_per_class, test_max_per_class=test_max_per_class,
                   local_test_cap=local_test_cap, dataset_kwargs=dict(dataset_kwargs or {}), val_frac=float(val_frac))
+    config.update({k: v for k, v, d in (('long_tail', long_tail, 'global'), ('client_sizes', client_sizes, 'balanced')) if v != d})  # recorded when not the default
     return FedData(name=key, x_train=xtr, y_train=ytr, x_test=xte, y_test=yte, train_idx=parts, test_idx=tidx,
                    client_counts=cc, class_counts=class_counts, shots=shot_groups(class_counts, shot_rule),
                    shot_rule=shot_rule, num_classes=C, in_channels=xtr.shape[1], img_size=xtr.shape[-1],

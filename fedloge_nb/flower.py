@@ -4,7 +4,7 @@
 
 # %% ../nbs/17a_flower_server.ipynb #cc752ffc
 from __future__ import annotations
-import copy, json, math, os, sys, threading, time, dataclasses
+import copy, json, math, os, sys, time, dataclasses
 from pathlib import Path
 import numpy as np
 import torch
@@ -20,7 +20,7 @@ from .flower_client import (to_record, from_record, pack, unpack, own_hp, state_
                                       client_evaluate, client_finish, client_query)
 
 # %% auto #0
-__all__ = ['FlowerError', 'check_min_clients', 'Wake', 'send_and_receive', 'EngineStrategy', 'LocalGrid', 'quiet_flower',
+__all__ = ['FlowerError', 'check_min_clients', 'new_message', 'send_and_receive', 'EngineStrategy', 'LocalGrid', 'quiet_flower',
            'make_server_app']
 
 # %% ../nbs/17a_flower_server.ipynb #d0c9f3db
@@ -39,35 +39,35 @@ def check_min_clients(m) -> float:
     if not (0 < m < 1 or (m >= 1 and m == int(m))): raise ValueError(f"--min_clients {m:g}: give a count >= 1 or a fraction in (0, 1) of the clients asked")
     return m
 
-# %% ../nbs/17a_flower_server.ipynb #d259f9f3
-class Wake:
-    "Events between the ServerApp and a simulation's threads: `pushed` (messages wait to be dispatched), `replied` (a reply was stored)."
-    def __init__(self): self.pushed, self.replied = threading.Event(), threading.Event()
+def new_message(content, node: int, message_type: str):
+    "A Flower instruction message to `node`; outside a ServerApp (a `LocalGrid` in this process) Flower has no run to stamp it with, so its `Metadata` are written here."
+    from flwr.app import DEFAULT_TTL, Message, Metadata
+    try: return Message(content=content, dst_node_id=node, message_type=message_type)
+    except RuntimeError:                                              # no run in this process: no ServerApp started it
+        return Message(content=content, metadata=Metadata(run_id=0, message_id='', src_node_id=0, dst_node_id=node, reply_to_message_id='',
+                                                          group_id='', created_at=time.time(), ttl=DEFAULT_TTL, message_type=message_type))
 
 # %% ../nbs/17a_flower_server.ipynb #184f773d
-def send_and_receive(grid, messages, timeout: float | None = None, poll: float = 0.25, wake: Wake | None = None, meanwhile=None) -> list:
-    "Flower's `grid.send_and_receive`: push, run `meanwhile()`, pull the replies after 0.05 s, then less and less often up to every `poll` s (with `wake`: when one is stored), until all came back or `timeout` s passed."
+def send_and_receive(grid, messages, timeout: float | None = None, poll: float = 0.25, meanwhile=None) -> list:
+    "Flower's `grid.send_and_receive`: push, run `meanwhile()`, pull the replies after 0.05 s, then less and less often up to every `poll` s, until all came back or `timeout` s passed."
     if not hasattr(grid, 'push_messages'):
         if meanwhile is not None: meanwhile()
         return list(grid.send_and_receive(messages, timeout=timeout))
-    if wake is not None: wake.replied.clear()
     ids, out, wait = set(grid.push_messages(messages)), [], min(0.05, poll)
-    if wake is not None: wake.pushed.set()                           # the simulation's dispatcher hands them to its workers now
     end = None if timeout is None else time.monotonic() + timeout
     if meanwhile is not None: meanwhile()                            # the server's own work while the clients do theirs
     while ids:
         got = list(grid.pull_messages(ids)); out += got
         ids -= {m.metadata.reply_to_message_id for m in got}
         if not ids or (end is not None and time.monotonic() >= end): break
-        if wake is None: time.sleep(wait); wait = min(poll, wait * 1.5)
-        else: wake.replied.wait(poll if end is None else max(0.0, min(poll, end - time.monotonic()))); wake.replied.clear()
+        time.sleep(wait); wait = min(poll, wait * 1.5)
     return out
 
 # %% ../nbs/17a_flower_server.ipynb #f41611d9
 class EngineStrategy:
     "A Flower `Strategy` that is the engine's round loop: the same sampling, seeds, aggregation order, evaluation and post-training stages."
     trace, poll = None, 0.25                                          # trace file of `trace_mark` (None: none); longest wait between pulls for replies
-    wake, ahead = None, False                                         # simulation: its threads' `Wake`; queries that ask the nodes to build ahead
+    ahead = False                                                     # queries that ask the nodes to build the run's client side ahead
     def __init__(self, cfg: FedConfig, fed=None, out=None, progress: bool = True, timeout: float | None = 600.0, node_wait: float = 120.0,
                  resume: bool = False, min_clients: float = 1, state_dir=None):
         cfg = cfg.validate()
@@ -95,21 +95,21 @@ class EngineStrategy:
 
     def message(self, k: int, arrays, message_type: str, algo=None, tags=None, extra: bytes | None = None, **config):
         "The message to client k's node: the server model, the run's config, the extra server state (`extra`: packed already) and which private state to start from."
-        from flwr.app import ConfigRecord, Message, RecordDict
+        from flwr.app import ConfigRecord, RecordDict
         algo, tags = algo or self.algo, self.tags if tags is None else tags
         c = ConfigRecord({'cfg': self.cfg_json, 'threads': torch.get_num_threads(), 'extra': pack(algo.extra_state()) if extra is None else extra,
                           'state': tags[k], 'keep': self.kept[k], 'state_dir': self.state_dir, **config})
-        return Message(content=RecordDict({'arrays': arrays, 'config': c}), dst_node_id=self.nodes[k], message_type=message_type)
+        return new_message(RecordDict({'arrays': arrays, 'config': c}), self.nodes[k], message_type)
 
 # %% ../nbs/17a_flower_server.ipynb #0fa176d3
 @patch
 def _query(self: EngineStrategy, grid, ids) -> dict:
     "Ask nodes `ids` their `partition-id`: `{k: node id}` (the first node per k; nodes that fail are skipped); `ahead`: and to build the run's client side."
-    from flwr.app import ConfigRecord, Message, MessageType, RecordDict
+    from flwr.app import ConfigRecord, MessageType, RecordDict
     c = {'cfg': self.cfg_json, 'threads': torch.get_num_threads()} if self.ahead else {}
-    msgs = [Message(content=RecordDict({'config': ConfigRecord(c)}), dst_node_id=i, message_type=MessageType.QUERY) for i in ids]
+    msgs = [new_message(RecordDict({'config': ConfigRecord(c)}), i, MessageType.QUERY) for i in ids]
     seen = {}
-    for m in send_and_receive(grid, msgs, self.timeout, self.poll, self.wake):
+    for m in send_and_receive(grid, msgs, self.timeout, self.poll):
         self.queried.add(m.metadata.src_node_id)
         if not m.has_error(): seen.setdefault(int(m.content['info']['k']), m.metadata.src_node_id)
     return seen
@@ -147,7 +147,7 @@ def exchange(self: EngineStrategy, grid, asked: list, messages: list, what: str,
     failed = {k: 'its node is not connected' for k in asked if k not in sent}
     got = {}
     trace_mark(self.trace, f'{what}: sent to {len(messages)}')
-    for m in (send_and_receive(grid, messages, self.timeout, self.poll, self.wake, meanwhile) if messages else []):
+    for m in (send_and_receive(grid, messages, self.timeout, self.poll, meanwhile=meanwhile) if messages else []):
         k = inv.get(m.metadata.src_node_id)
         if k not in sent: continue
         if m.has_error(): failed[k] = (m.error.reason.strip().splitlines() or ['error'])[-1][:300]
@@ -353,9 +353,6 @@ def start(self: EngineStrategy, grid, initial_arrays=None, num_rounds=None, time
 class LocalGrid:
     "A Flower `Grid` in this process: one node per client calling the ClientApp handlers directly (fast tests; `lose` and `kill` make failures)."
     def __init__(self, clients: int, state_dir=None, lose=None):
-        from flwr.supercore.task_identity import TaskIdentity
-        for a in ('_run_id', '_node_id', '_task_id'):                # what a real ServerApp process sets before messages are made
-            if getattr(TaskIdentity, a) is None: setattr(TaskIdentity, a, 0)
         self.K, self.state_dir, self.lose, self.next_id, self.ctx = clients, state_dir, lose or (lambda k, msg: False), 1, {}
         for k in range(clients): self.restart(k)
 

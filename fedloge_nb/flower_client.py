@@ -37,7 +37,7 @@ __all__ = ['STATE_KEY', 'to_record', 'from_record', 'pack', 'unpack', 'run_key',
            'client_finish', 'client_query', 'make_client_app']
 
 # %% ../nbs/17_flower.ipynb #357afc40
-_CLIENT: dict = {}   # this process's client side of one run (a Ray actor or a SuperNode serves many messages)
+_CLIENT: dict = {}   # this process's client side of one run (a Ray actor serves many messages)
 _DATA: dict = {}     # this process's federated data, kept while the runs it serves share their data config
 _BUILDS = {'data': 0, 'method': 0}   # how many times this process built the data / a method's client side
 STATE_KEY = 'fedloge_nb.client_state'

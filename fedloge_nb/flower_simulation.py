@@ -4,102 +4,55 @@
 
 # %% ../nbs/17b_flower_simulation.ipynb #4081857c
 from __future__ import annotations
-import contextlib, functools, inspect, os, sys
 from pathlib import Path
 from .guards import check_device
 from .commands import register_backend
-from .flower import EngineStrategy, FlowerError, Wake, quiet_flower
+from .flower import EngineStrategy, FlowerError, quiet_flower
 from .flower_client import make_client_app
 
 # %% auto #0
-__all__ = ['RAY_INLINE', 'woken_simulation', 'run_flower', 'flower_backend']
-
-# %% ../nbs/17b_flower_simulation.ipynb #33f7bdcd
-RAY_INLINE = 8 << 20   # bytes: a task's argument or result up to this size travels inside the task, not through Ray's object store
-
-def _start_ray(workers: int, gpus: float, tries: int = 5):
-    "Start Ray for the simulation, retrying (a busy machine can miss Ray's fixed 30 s raylet start-up wait); Flower then uses it and shuts it down."
-    import ray
-    if ray.is_initialized(): return
-    path = os.pathsep.join(sys.path + ([os.environ['PYTHONPATH']] if os.environ.get('PYTHONPATH') else []))
-    os.environ['PYTHONPATH'] = path                                 # the actors import fedloge_nb from where this process does
-    last = None
-    for _ in range(tries):
-        try:
-            ray.init(num_cpus=int(workers), num_gpus=gpus, include_dashboard=False, logging_level='error', log_to_driver=False,
-                     runtime_env={'env_vars': {'PYTHONPATH': path}},
-                     _system_config={'max_direct_call_object_size': RAY_INLINE, 'task_rpc_inlined_bytes_limit': 4 * RAY_INLINE,
-                                     'worker_niceness': 0})   # the actors do the job's work: the driver's priority, not Ray's nice 15
-            return
-        except Exception as e: last = e; ray.shutdown()
-    raise FlowerError(f"Ray did not start in {tries} tries ({last}): the machine is overloaded; try again later, or use --backend local")
-
-# %% ../nbs/17b_flower_simulation.ipynb #a079f339
-def _dispatch_woken(wake: Wake, state, queue, nodes_mapping, f_stop, every: float = 0.1):
-    "Flower 1.41's `add_messages_to_queue` (each node's next stored message to the simulation's workers), done again when `wake.pushed` is set, else every `every` s."
-    while not f_stop.is_set():
-        for node_id in nodes_mapping:
-            for msg in state.get_message_ins(node_id=node_id, limit=1): queue.put(msg)
-        if wake.pushed.wait(every): wake.pushed.clear()
-
-# %% ../nbs/17b_flower_simulation.ipynb #9bf7f6f0
-def _store_woken(wake: Wake, state, queue, f_stop):
-    "Flower 1.41's `put_message_into_state` (the workers' replies into the link state), setting `wake.replied` after each."
-    from queue import Empty
-    while not f_stop.is_set():
-        try: msg = queue.get(timeout=1.0)
-        except Empty: continue
-        state.store_message_res(msg); wake.replied.set()
-
-# %% ../nbs/17b_flower_simulation.ipynb #ff4bfc2e
-@contextlib.contextmanager
-def woken_simulation(wake: Wake):
-    "Within the block, Flower 1.41's simulation threads are `_dispatch_woken` / `_store_woken` on `wake` (yields True); another Flower is left alone (False)."
-    from flwr.server.superlink.fleet.vce import vce_api as v
-    new = {'add_messages_to_queue': (_dispatch_woken, ['state', 'queue', 'nodes_mapping', 'f_stop']),
-           'put_message_into_state': (_store_woken, ['state', 'queue', 'f_stop'])}
-    old = {n: getattr(v, n, None) for n in new}
-    ok = all(callable(old[n]) and list(inspect.signature(old[n]).parameters) == ps for n, (_, ps) in new.items())
-    if ok:
-        for n, (f, _) in new.items(): setattr(v, n, functools.partial(f, wake))
-    try: yield ok
-    finally:
-        if ok:
-            for n, f in old.items(): setattr(v, n, f)
+__all__ = ['run_flower', 'flower_backend']
 
 # %% ../nbs/17b_flower_simulation.ipynb #8700bd9b
+def _ray_did_not_start(e: BaseException) -> bool:
+    "Does the chain of causes of `e` say that Ray's processes did not start in time (a busy machine)?"
+    while e is not None:
+        if 'timed out during startup' in str(e) or 'raylet' in str(e).lower(): return True
+        e = e.__cause__ or e.__context__
+    return False
+
 def run_flower(cfg, fed=None, out=None, workers: int = 2, progress: bool = True, timeout: float | None = 600.0,
-               resume: bool = False, min_clients: float = 1):
-    "Run `cfg` on Flower's simulation engine (Ray backend, `workers` actors, one virtual SuperNode per client); returns the summary (a list of configs: one Ray start, a list of summaries)."
+               resume: bool = False, min_clients: float = 1, tries: int = 3):
+    "Run `cfg` on Flower's simulation engine (`run_simulation`, Ray backend, `workers` actors, one virtual SuperNode per client); returns the summary (a list of configs: one Ray start, a list of summaries)."
     if int(workers) < 1: raise ValueError(f"--flower_workers {workers}: need at least 1 Ray actor")
     many = isinstance(cfg, (list, tuple))
     cfgs, outs = (list(cfg), list(out or [None] * len(cfg))) if many else ([cfg], [out])
     if len({c.clients for c in cfgs}) != 1: raise ValueError("configs run in one simulation must have the same number of clients")
     for c in cfgs: check_device(c.device)
-    strategies = [EngineStrategy(c, fed, o, progress, timeout, resume=resume, min_clients=min_clients,
-                                 state_dir=None if o is None else Path(o).absolute()/'client_state') for c, o in zip(cfgs, outs)]
-    wake = Wake()
-    for s in strategies: s.poll, s.wake, s.ahead = 0.1, wake, True   # in memory: a stored reply wakes the ServerApp (`poll`: a safety net)
-    cfg = cfgs[0]
     quiet_flower()
     from flwr.serverapp import ServerApp
     from flwr.simulation import run_simulation
-    box = {}
-    server_app = ServerApp()
-    @server_app.main()
-    def _main(grid, context):
-        try: box['summary'] = [s.start(grid) for s in strategies]
-        except BaseException as e: box['error'] = e
-    gpu = 1.0 / int(workers) if str(cfg.device).startswith('cuda') else 0.0
+    gpu = 1.0 / int(workers) if str(cfgs[0].device).startswith('cuda') else 0.0
     backend = {'client_resources': {'num_cpus': 1, 'num_gpus': gpu},
                'init_args': {'num_cpus': int(workers), 'num_gpus': 1 if gpu else 0, 'include_dashboard': False, 'logging_level': 'error',
                              'log_to_driver': False}}
-    _start_ray(workers, 1 if gpu else 0)
-    try:
-        with woken_simulation(wake): run_simulation(server_app=server_app, client_app=make_client_app(), num_supernodes=cfg.clients, backend_config=backend)
-    except RuntimeError as e:
-        if 'error' not in box: raise FlowerError(f"the Flower simulation crashed ({e}); see the log above") from e
-    if 'error' in box: raise box['error']
+    for attempt in range(1, tries + 1):
+        strategies = [EngineStrategy(c, fed, o, progress, timeout, resume=resume, min_clients=min_clients,
+                                     state_dir=None if o is None else Path(o).absolute()/'client_state') for c, o in zip(cfgs, outs)]
+        for s in strategies: s.poll, s.ahead = 0.1, True             # replies are in memory: pull them often; actors build before round 1
+        box, server_app = {}, ServerApp()
+        @server_app.main()
+        def _main(grid, context):
+            try: box['summary'] = [s.start(grid) for s in strategies]
+            except BaseException as e: box['error'] = e
+        try: run_simulation(server_app=server_app, client_app=make_client_app(), num_supernodes=cfgs[0].clients, backend_config=backend)
+        except RuntimeError as e:
+            if 'summary' in box: break
+            if _ray_did_not_start(e) and not any(s.nodes for s in strategies) and attempt < tries: continue   # nothing ran yet: start again
+            if _ray_did_not_start(e): raise FlowerError(f"Ray did not start in {tries} tries (the machine is overloaded); try again later, or use --backend local") from e
+            if 'error' not in box: raise FlowerError(f"the Flower simulation crashed ({e}); see the log above") from e
+        break
+    if 'error' in box and 'summary' not in box: raise box['error']
     if 'summary' not in box: raise FlowerError("the Flower simulation ended without a result (see the log above)")
     return box['summary'] if many else box['summary'][0]
 

@@ -54,3 +54,43 @@ def test_cli_backend_flower_calls_the_simulation(main_in_process, tmp_path, monk
     assert code == 0, e
     assert seen['cfg'].method == 'fedrep' and seen['clients'] == 3 and seen['workers'] == 3 and str(seen['out']) == str(tmp_path / 'r')
     assert json.loads(o.strip().splitlines()[-1]) == {'method': 'fedrep', 'out': str(tmp_path / 'r'), 'gm_acc': 12.5, 'pm_acc': 50.0}
+
+
+PUBLIC_FLWR = ('flwr.app', 'flwr.clientapp', 'flwr.serverapp', 'flwr.serverapp.strategy', 'flwr.simulation')
+
+
+def _sources():
+    "(name, source text) of every Python file of the package, tests, scripts and Flower App, and every notebook's code cells."
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    for p in [*root.glob('fedloge_nb/*.py'), *root.glob('tests/*.py'), *root.glob('scripts/**/*.py'), *root.glob('flower_app/**/*.py')]:
+        yield str(p.relative_to(root)), p.read_text()
+    for p in root.glob('nbs/*.ipynb'):
+        cells = json.loads(p.read_text())['cells']
+        yield str(p.relative_to(root)), '\n'.join(''.join(c['source']) for c in cells if c['cell_type'] == 'code' and not ''.join(c['source']).startswith('%'))
+
+
+def test_flower_through_its_public_interface_only():
+    "No import from, name of, or assignment into a Flower module other than flwr.app / clientapp / serverapp(.strategy) / simulation."
+    import ast, re
+    mod = re.compile(r'\bflwr(?:\.[A-Za-z_]\w*)+')
+    bad = []
+    for name, text in _sources():
+        for m in mod.finditer(text):                                  # in code, strings and source text run by `python -c` alike
+            path = m.group(0).split('.')
+            if not any('.'.join(path[:len(p.split('.'))]) == p for p in PUBLIC_FLWR): bad.append(f'{name}: {m.group(0)}')
+        try: tree = ast.parse(text)
+        except SyntaxError: continue                                  # a notebook cell with shell or magic lines: the text check above covers it
+        flwr_names = {a.asname or a.name.split('.')[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names if a.name.split('.')[0] == 'flwr'}
+        flwr_names |= {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and (n.module or '').split('.')[0] == 'flwr' for a in n.names}
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Call) and getattr(n.func, 'id', '') == 'setattr' and n.args and isinstance(n.args[0], (ast.Name, ast.Attribute)):
+                base = n.args[0]
+                while isinstance(base, ast.Attribute): base = base.value
+                if getattr(base, 'id', '') in flwr_names: bad.append(f'{name}:{n.lineno}: setattr on Flower')
+            if isinstance(n, (ast.Assign, ast.AugAssign)):
+                for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
+                    base = t
+                    while isinstance(base, ast.Attribute): base = base.value
+                    if isinstance(t, ast.Attribute) and getattr(base, 'id', '') in flwr_names: bad.append(f'{name}:{n.lineno}: assignment into Flower')
+    assert not bad, 'private Flower names (use only ' + ', '.join(PUBLIC_FLWR) + '):\n' + '\n'.join(bad)

@@ -1,0 +1,68 @@
+"""The package as a user gets it: the wheel built from this tree, installed with constraints.txt into a virtual environment
+of its own (no system site-packages, no editable install, no source tree on the path, run from another folder), then
+`fedloge_nb --help`, a 2-round `run`, a 1-round `run --backend flower` and a 1-round `deploy` with 2 SuperNodes.
+
+Installing torch and Flower into a new environment downloads gigabytes (9 minutes on this machine), more than `make
+test` can spend. So the environment is made fresh once per constraints.txt and Python version, with nothing but
+`pip install WHEEL -c constraints.txt` (in `~/.cache/fedloge_nb/`, or `$FEDLOGE_NB_WHEEL_VENV`), and each later run
+replaces only fedloge_nb in it with the wheel it has just built, then checks with `pip check` that the wheel's
+declared requirements hold there. `FEDLOGE_NB_WHEEL_FRESH=1` builds a new environment every time (minutes)."""
+import hashlib, json, os, shutil, subprocess, sys, zipfile
+from pathlib import Path
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ['--dataset', 'digits', '--imb_factor', '10', '--clients', '2', '--frac', '1.0', '--model', 'mlp', '--batch_size', '16', '--seed', '1']
+
+
+def _venv_dir() -> Path:
+    if os.environ.get('FEDLOGE_NB_WHEEL_VENV'): return Path(os.environ['FEDLOGE_NB_WHEEL_VENV'])
+    key = hashlib.sha1((ROOT / 'constraints.txt').read_bytes() + sys.version.encode()).hexdigest()[:12]
+    return Path.home() / '.cache' / 'fedloge_nb' / f'wheel-venv-{key}'
+
+
+def _run(cmd, cwd, env, timeout=600):
+    r = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, f"{' '.join(map(str, cmd))} -> {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    return r.stdout
+
+
+@pytest.fixture(scope='module')
+def installed(tmp_path_factory):
+    "(bin folder of the environment with the wheel installed, a folder outside the source tree, its environment variables)."
+    tmp = tmp_path_factory.mktemp('wheel')
+    _run([sys.executable, '-m', 'pip', 'wheel', '--no-deps', '--no-build-isolation', '-q', '-w', tmp / 'dist', ROOT], ROOT, os.environ, 300)
+    wheel = next((tmp / 'dist').glob('fedloge_nb-*.whl'))
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {'fedloge_nb/flower_deploy.py', 'fedloge_nb/flower_client.py', 'fedloge_nb/papers/gmv_table1.csv'} <= set(names), names
+    env = {k: v for k, v in os.environ.items() if k not in ('PYTHONPATH', 'VIRTUAL_ENV')}
+    env.update(OMP_NUM_THREADS='1', PIP_DISABLE_PIP_VERSION_CHECK='1')
+    venv = tmp / 'venv' if os.environ.get('FEDLOGE_NB_WHEEL_FRESH') else _venv_dir()
+    py = venv / 'bin' / 'python'
+    if not (venv / '.complete').exists():                            # a new environment: the wheel and its requirements, resolved by pip
+        shutil.rmtree(venv, ignore_errors=True); venv.parent.mkdir(parents=True, exist_ok=True)
+        _run([sys.executable, '-m', 'venv', venv], tmp, env)
+        _run([py, '-m', 'pip', 'install', '-q', wheel, '-c', ROOT / 'constraints.txt'], tmp, env, 3600)
+        (venv / '.complete').write_text(str(wheel.name))
+    else:                                                            # the same environment: this wheel in place of the last one
+        _run([py, '-m', 'pip', 'install', '-q', '--force-reinstall', '--no-deps', wheel], tmp, env)
+    _run([py, '-m', 'pip', 'check'], tmp, env)                       # every declared requirement of the wheel holds
+    where = _run([py, '-c', 'import fedloge_nb, sys; print(fedloge_nb.__file__); print(sys.path)'], tmp, env)
+    assert str(venv) in where.splitlines()[0] and str(ROOT) not in where, where   # the installed copy, no source tree on the path
+    return venv / 'bin', tmp, env
+
+
+def test_wheel_commands(installed):
+    "--help, a 2-round local run, a 1-round Flower simulation and a 1-round deployment with 2 SuperNodes, all from the installed wheel."
+    bin_, tmp, env = installed
+    exe = bin_ / 'fedloge_nb'
+    assert 'deploy' in _run([exe, '--help'], tmp, env)
+    last = lambda out: json.loads(out.strip().splitlines()[-1])
+    loc = last(_run([exe, 'run', '--method', 'fedavg', *TINY, '--rounds', '2', '--out', tmp / 'local', '--progress', 'false'], tmp, env))
+    assert loc['method'] == 'fedavg' and (tmp / 'local' / 'summary.json').exists()
+    sim = last(_run([exe, 'run', '--method', 'fedavg', *TINY, '--rounds', '1', '--backend', 'flower', '--flower_workers', '1',
+                     '--out', tmp / 'sim', '--progress', 'false'], tmp, env))
+    one = last(_run([exe, 'run', '--method', 'fedavg', *TINY, '--rounds', '1', '--out', tmp / 'one', '--progress', 'false'], tmp, env))
+    assert json.loads((tmp / 'sim' / 'summary.json').read_text())['backend'] == 'flower' and sim['pm_acc'] == one['pm_acc']
+    dep = last(_run([exe, 'deploy', '--method', 'fedavg', *TINY, '--rounds', '1', '--port', '19420', '--out', tmp / 'dep'], tmp, env))
+    assert dep['backend'] == 'flower-deployment' and dep['pm_acc'] == one['pm_acc'] and dep['gm_acc'] == one['gm_acc'], (dep, one)

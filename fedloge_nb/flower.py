@@ -48,8 +48,8 @@ def new_message(content, node: int, message_type: str):
                                                           group_id='', created_at=time.time(), ttl=DEFAULT_TTL, message_type=message_type))
 
 # %% ../nbs/17a_flower_server.ipynb #184f773d
-def send_and_receive(grid, messages, timeout: float | None = None, poll: float = 0.25, meanwhile=None) -> list:
-    "Flower's `grid.send_and_receive`: push, run `meanwhile()`, pull the replies after 0.05 s, then less and less often up to every `poll` s, until all came back or `timeout` s passed."
+def send_and_receive(grid, messages, timeout: float | None = None, poll: float = 0.25, meanwhile=None, cancel=None) -> list:
+    "Flower's `grid.send_and_receive`: push, run `meanwhile()`, pull the replies after 0.05 s, then less and less often up to every `poll` s, until all came back, `timeout` s passed or `cancel` (an Event) is set."
     if not hasattr(grid, 'push_messages'):
         if meanwhile is not None: meanwhile()
         return list(grid.send_and_receive(messages, timeout=timeout))
@@ -59,7 +59,7 @@ def send_and_receive(grid, messages, timeout: float | None = None, poll: float =
     while ids:
         got = list(grid.pull_messages(ids)); out += got
         ids -= {m.metadata.reply_to_message_id for m in got}
-        if not ids or (end is not None and time.monotonic() >= end): break
+        if not ids or (end is not None and time.monotonic() >= end) or (cancel is not None and cancel.is_set()): break
         time.sleep(wait); wait = min(poll, wait * 1.5)
     return out
 
@@ -67,7 +67,7 @@ def send_and_receive(grid, messages, timeout: float | None = None, poll: float =
 class EngineStrategy:
     "A Flower `Strategy` that is the engine's round loop: the same sampling, seeds, aggregation order, evaluation and post-training stages."
     trace, poll = None, 0.25                                          # trace file of `trace_mark` (None: none); longest wait between pulls for replies
-    ahead = False                                                     # queries that ask the nodes to build the run's client side ahead
+    ahead, cancel = False, None                                       # queries that ask the nodes to build ahead; an Event that ends every wait
     def __init__(self, cfg: FedConfig, fed=None, out=None, progress: bool = True, timeout: float | None = 600.0, node_wait: float = 120.0,
                  resume: bool = False, min_clients: float = 1, state_dir=None):
         cfg = cfg.validate()
@@ -109,7 +109,7 @@ def _query(self: EngineStrategy, grid, ids) -> dict:
     c = {'cfg': self.cfg_json, 'threads': torch.get_num_threads()} if self.ahead else {}
     msgs = [new_message(RecordDict({'config': ConfigRecord(c)}), i, MessageType.QUERY) for i in ids]
     seen = {}
-    for m in send_and_receive(grid, msgs, self.timeout, self.poll):
+    for m in send_and_receive(grid, msgs, self.timeout, self.poll, cancel=self.cancel):
         self.queried.add(m.metadata.src_node_id)
         if not m.has_error(): seen.setdefault(int(m.content['info']['k']), m.metadata.src_node_id)
     return seen
@@ -119,7 +119,7 @@ def discover(self: EngineStrategy, grid):
     "Map client k to the node whose `partition-id` is k (waits up to `node_wait` s for all K nodes)."
     t0 = time.monotonic()
     while len(ids := list(grid.get_node_ids())) < self.cfg.clients:
-        if time.monotonic() - t0 > self.node_wait:
+        if time.monotonic() - t0 > self.node_wait or (self.cancel is not None and self.cancel.is_set()):
             raise FlowerError(f"only {len(ids)} of {self.cfg.clients} SuperNodes connected within {self.node_wait} s: start one per client")
         time.sleep(self.poll)
     seen = self._query(grid, ids)
@@ -147,7 +147,7 @@ def exchange(self: EngineStrategy, grid, asked: list, messages: list, what: str,
     failed = {k: 'its node is not connected' for k in asked if k not in sent}
     got = {}
     trace_mark(self.trace, f'{what}: sent to {len(messages)}')
-    for m in (send_and_receive(grid, messages, self.timeout, self.poll, meanwhile=meanwhile) if messages else []):
+    for m in (send_and_receive(grid, messages, self.timeout, self.poll, meanwhile=meanwhile, cancel=self.cancel) if messages else []):
         k = inv.get(m.metadata.src_node_id)
         if k not in sent: continue
         if m.has_error(): failed[k] = (m.error.reason.strip().splitlines() or ['error'])[-1][:300]

@@ -36,10 +36,12 @@ def run_flower(cfg, fed=None, out=None, workers: int = 2, progress: bool = True,
     backend = {'client_resources': {'num_cpus': 1, 'num_gpus': gpu},
                'init_args': {'num_cpus': int(workers), 'num_gpus': 1 if gpu else 0, 'include_dashboard': False, 'logging_level': 'error',
                              'log_to_driver': False}}
+    import threading
     for attempt in range(1, tries + 1):
+        stopped = threading.Event()                                  # set when Flower's runtime ended: the ServerApp thread stops waiting
         strategies = [EngineStrategy(c, fed, o, progress, timeout, resume=resume, min_clients=min_clients,
                                      state_dir=None if o is None else Path(o).absolute()/'client_state') for c, o in zip(cfgs, outs)]
-        for s in strategies: s.poll, s.ahead = 0.1, True             # replies are in memory: pull them often; actors build before round 1
+        for s in strategies: s.poll, s.ahead, s.cancel = 0.1, True, stopped   # replies in memory: pull often; actors build before round 1
         box, server_app = {}, ServerApp()
         @server_app.main()
         def _main(grid, context):
@@ -47,6 +49,7 @@ def run_flower(cfg, fed=None, out=None, workers: int = 2, progress: bool = True,
             except BaseException as e: box['error'] = e
         try: run_simulation(server_app=server_app, client_app=make_client_app(), num_supernodes=cfgs[0].clients, backend_config=backend)
         except RuntimeError as e:
+            stopped.set()
             if 'summary' in box: break
             if _ray_did_not_start(e) and not any(s.nodes for s in strategies) and attempt < tries: continue   # nothing ran yet: start again
             if _ray_did_not_start(e): raise FlowerError(f"Ray did not start in {tries} tries (the machine is overloaded); try again later, or use --backend local") from e

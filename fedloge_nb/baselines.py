@@ -84,6 +84,13 @@ class PartialFedAvg(FedAvg):
     def personal_logits(self, x, cstate, data):
         return with_masked({'personal': forward_with(self.net, cstate, x)}, data.counts)
 
+    def personalize_new(self, data, cstate, cfg, epochs, seed):
+        "An unseen client: its private part (from the server's copy) trained for `epochs` with the shared part fixed."
+        model = self.local; model.load_state_dict(self.net.state_dict()); model.load_state_dict(cstate, strict=False)
+        params = [p for n, p in model.named_parameters() if self.private(n)]
+        local_sgd(model, data, cfg, seed, lambda m, xb, yb: self.loss(m, xb, yb, data), params=params, epochs=epochs)
+        return shared(model, self.private)
+
 # %% ../nbs/08_baselines.ipynb #d8b5a545
 class AveragedPrivate(PartialFedAvg):
     "PartialFedAvg whose server keeps, for its generic model, the sample-weighted mean of the clients' private keys."
@@ -204,6 +211,16 @@ class Ditto(FedAvg):
 
     def personal_logits(self, x, cstate, data):
         return with_masked({'personal': forward_with(self.net, cstate, x), 'global': self.net(x)}, data.counts)
+
+    def personalize_new(self, data, cstate, cfg, epochs, seed):
+        "An unseen client: v_k from the trained global model w_g, `epochs` of its loss plus (lam/2)||v_k - w_g||^2."
+        v, g = self.pnet, self.net.state_dict(); v.load_state_dict(g)
+        params = [p for p in v.parameters() if p.requires_grad]
+        anchor = [g[n].detach().clone() for n, p in v.named_parameters() if p.requires_grad]
+        lam = float(self.hp['lam'])
+        def loss_fn(m, xb, yb): return self.loss(m, xb, yb, data) + lam / 2 * prox_term(params, anchor)
+        local_sgd(v, data, cfg, derive_seed(seed, 'ditto'), loss_fn, epochs=epochs)
+        return {n: t.detach().clone() for n, t in v.state_dict().items()}
 
 # %% ../nbs/08_baselines.ipynb #b89c2a55
 @register('local')

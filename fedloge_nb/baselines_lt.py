@@ -10,7 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from fastcore.basics import patch
 from .hparams import HP
-from .federated import FedAvg, ClientResult, register, shared, local_sgd, derive_seed
+from .federated import FedAvg, ClientResult, register, shared, local_sgd, derive_seed, feature_sgd
 from .evaluation import forward_batched
 from .baselines import with_masked, sub_state, prefixed, forward_with
 
@@ -65,6 +65,16 @@ def personal_logits(self: FedRoD, x, cstate, data):
     h = self.net.backbone(x); z = self.net.head(h)
     return with_masked({'personal': z + F.linear(h, cstate['p_weight'], cstate['p_bias']), 'generic': z}, data.counts)
 
+# %% ../nbs/08a_baselines_lt.ipynb #c001efa4
+@patch
+def personalize_new(self: FedRoD, data, cstate, cfg, epochs, seed):
+    "An unseen client: its personal head trained for `epochs` on the frozen body's features, added to the generic head's logits as in its rounds."
+    self.net.eval()
+    with torch.no_grad(): h = forward_batched(self.net.backbone, data.x); z = self.net.head(h)
+    pw, pb = cstate['p_weight'].clone().requires_grad_(True), cstate['p_bias'].clone().requires_grad_(True)
+    feature_sgd([pw, pb], data.y, lambda i: z[i] + F.linear(h[i], pw, pb), cfg, seed, epochs)
+    return {'p_weight': pw.detach(), 'p_bias': pb.detach()}
+
 # %% ../nbs/08a_baselines_lt.ipynb #9f8d80c8
 class LocalFinetune:
     "Mixin: after the last round, every client finetunes a copy of the global model (`ft_part` 'head' or 'all'); PM uses it."
@@ -87,6 +97,12 @@ class LocalFinetune:
                   params=params, epochs=self.hp['ft_epochs'], lr=self.hp['ft_lr'])
         keep = {k: v for k, v in m.state_dict().items() if self.hp['ft_part'] == 'all' or k.startswith('head.')}
         return {**cs, **prefixed(keep, 'ft.')}, {}
+
+    def personalize_new(self, data, cstate, cfg, epochs, seed):
+        "An unseen client: the finetuning every client does after training (`ft_part` of the global model), for `epochs`."
+        ft = self.hp['ft_epochs']; self.hp['ft_epochs'] = int(epochs)
+        try: return self.finish_client(0, data, cstate, cfg, {})[0] if epochs > 0 else cstate
+        finally: self.hp['ft_epochs'] = ft
 
     def personal_logits(self, x, cstate, data):
         ft = sub_state(cstate, 'ft.'); z = self.net(x)

@@ -20,8 +20,8 @@ from .partition import shot_groups
 __all__ = ['LR_SCHEDULES', 'METHODS', 'KINDS', 'PLUGINS', 'METHOD_MODULES', 'METHODS_ENV', 'FedConfig', 'lr_at', 'round_config',
            'derive_seed', 'seed_everything', 'sample_clients', 'ClientFate', 'client_fate', 'client_config',
            'ClientData', 'client_datasets', 'hold_out_clients', 'weighted_average', 'ClientResult', 'register',
-           'Algorithm', 'shared', 'local_sgd', 'FedAvg', 'Plugin', 'register_plugin', 'composable_bases', 'compose',
-           'method_modules', 'load_methods', 'get_method', 'matched_hp', 'make_algorithm']
+           'Algorithm', 'shared', 'local_sgd', 'feature_sgd', 'FedAvg', 'Plugin', 'register_plugin', 'composable_bases',
+           'compose', 'method_modules', 'load_methods', 'get_method', 'matched_hp', 'make_algorithm']
 
 # %% ../nbs/04_federated.ipynb #98d60cf2
 @dataclass
@@ -423,6 +423,16 @@ def local_sgd(model, data: ClientData, cfg: FedConfig, seed: int, loss_fn, param
         opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
         total += loss.item(); nb += 1
     return total / max(nb, 1)
+
+def feature_sgd(params: list, y: torch.Tensor, logits_fn, cfg: FedConfig, seed: int, epochs: int):
+    "`epochs` of SGD (the run's lr, momentum, weight decay, batch size; seeded batches) on CE(logits_fn(batch indices), y[batch]) over precomputed features; trains `params` in place."
+    if not params or len(y) == 0 or epochs <= 0: return
+    opt = torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(int(epochs)):
+        for idx in torch.randperm(len(y), generator=g).split(cfg.batch_size):
+            idx = idx.to(y.device); loss = F.cross_entropy(logits_fn(idx), y[idx])
+            opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
 
 # %% ../nbs/04_federated.ipynb #76ee6742
 @register('fedavg')

@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from fastcore.basics import patch
-from .federated import Algorithm, ClientResult, register, shared, derive_seed
+from .federated import Algorithm, ClientResult, register, shared, derive_seed, feature_sgd
 from .evaluation import forward_batched
 from .hparams import HP
 from .models import make_backbone, make_head
@@ -275,3 +275,14 @@ def ft_curve_heads(self: FedLoGe, psi, phi, h, d, cfg, lr: float) -> dict:
                               seed=derive_seed(cfg.seed, 'ft', d.k), counts=d.counts)
         out[f'phi_prime_ft{int(e)}'] = W
     return out
+
+# %% ../nbs/06_fedloge.ipynb #152ddb0f
+@patch
+def personalize_new(self: FedLoGe, data, cstate, cfg, epochs, seed):
+    "An unseen client: phi_k trained for `epochs` on the frozen theta's features (step (3) of Algorithm 1), then LA-FR (Eq. 7)."
+    self.net.eval()
+    with torch.no_grad(): h = forward_batched(self.net.theta, data.x)
+    phi = cstate['phi'].clone().requires_grad_(True)
+    feature_sgd([phi], data.y, lambda i: h[i] @ phi.T, cfg, seed, epochs)
+    phi = phi.detach()
+    return {**cstate, 'phi': phi, 'phi_prime': la_fr(self.net.psi.weight.detach(), phi)}

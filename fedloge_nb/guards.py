@@ -193,7 +193,7 @@ def check_out(out, cfg: FedConfig, resume: bool = False, overwrite: bool = False
     return out
 
 # %% ../nbs/03a_guards.ipynb #cc31d7b9
-RUN_FILES = ('config.json', 'history.csv', 'checkpoint.pt', 'checkpoint.prev.pt', 'summary.json')
+RUN_FILES = ('config.json', 'history.csv', 'rounds.csv', 'checkpoint.pt', 'checkpoint.prev.pt', 'summary.json')
 
 def clear_run(out):
     "Delete the files a run writes into `out` (`RUN_FILES`), for an explicit overwrite; other files stay."

@@ -32,8 +32,8 @@ class FedConfig:
     imb_factor: float = 100.0          # imbalance factor n_max / n_min (>= 1)
     alpha: float = 0.5                 # Dirichlet concentration of the non-IID split
     clients: int = 20                  # number of clients K
-    partition: str = 'dirichlet'       # dirichlet, iid or shard
-    classes_per_client: int = 2        # classes per client for partition shard
+    partition: str = 'dirichlet'       # dirichlet, iid, shard or exdir (extended Dirichlet)
+    classes_per_client: int = 2        # classes per client for partition shard (exactly) and exdir (at most)
     data_seed: int | None = None       # partition seed (None: same as seed)
     max_per_class: int | None = None   # subsample the raw train set per class (quick runs)
     test_max_per_class: int | None = None  # subsample the test set per class (quick runs)
@@ -62,6 +62,8 @@ class FedConfig:
     drop_rate: float = 0.0             # unreliable clients: chance that a sampled client's update is lost in a round (drawn per round and client from the seed)
     straggler_rate: float = 0.0        # unreliable clients: chance that a sampled client is a straggler in a round (fewer local epochs)
     straggler_min_epochs: int = 1      # a straggler does between this and local_epochs - 1 local epochs (uniform, drawn per round and client)
+    long_tail: str = 'global'          # global (the long tail drawn over the whole training set, then split) or local (each client cut to its own)
+    client_sizes: str = 'balanced'     # shard split: balanced (equal shares of each class) or unbalanced (random shares)
     tensorboard: bool = False          # also log to TensorBoard under OUT/tb (GM, PM, loss, norms, per-client accuracy, hparams); needs the tensorboard extra
 
 # %% ../nbs/04_federated.ipynb #5e2cbffd
@@ -101,7 +103,8 @@ def data_args(self: FedConfig) -> dict:
     a = dict(dataset=self.dataset, imb_factor=self.imb_factor, alpha=self.alpha, clients=self.clients,
                 partition=self.partition, classes_per_client=self.classes_per_client, min_size=self.min_size,
                 seed=self.seed if self.data_seed is None else self.data_seed, shot_rule=self.shot_rule,
-                max_per_class=self.max_per_class, test_max_per_class=self.test_max_per_class, val_frac=self.val_frac)
+                max_per_class=self.max_per_class, test_max_per_class=self.test_max_per_class, val_frac=self.val_frac,
+                long_tail=self.long_tail, client_sizes=self.client_sizes)
     if self.new_clients: a['clients'] = self.clients + self.new_clients          # the unseen clients come from the same split
     return a
 
@@ -110,7 +113,7 @@ def data_args(self: FedConfig) -> dict:
 def key(self: FedConfig) -> dict:
     "The config minus run-location fields: two runs with equal keys must give equal numbers."
     d = asdict(self); d.pop('device'); d.pop('eval_every'); d.pop('ckpt_every'); d.pop('last_k'); d.pop('tensorboard')
-    for k in ('val_frac', 'post_epochs', 'lr_decay', 'lr_schedule', 'lr_step', 'new_clients', 'drop_rate', 'straggler_rate', 'straggler_min_epochs'):   # fields added later: absent at their default, so older keys still match
+    for k in ('val_frac', 'post_epochs', 'lr_decay', 'lr_schedule', 'lr_step', 'new_clients', 'drop_rate', 'straggler_rate', 'straggler_min_epochs', 'long_tail', 'client_sizes'):   # fields added later: absent at their default, so older keys still match
         if d[k] == getattr(FedConfig, k): d.pop(k)
     return json.loads(json.dumps(d))
 
@@ -510,7 +513,9 @@ METHOD_MODULES = ['fedloge_nb.fedloge', 'fedloge_nb.baselines', 'fedloge_nb.base
                   'fedloge_nb.gmv', 'fedloge_nb.ecl', 'fedloge_nb.optimisers', 'fedloge_nb.pfl',
                   'fedloge_nb.fedrs', 'fedloge_nb.fedaws',
                   'fedloge_nb.feddyn', 'fedloge_nb.fedmmd',
-                  'fedloge_nb.ccvr', 'fedloge_nb.fednh']
+                  'fedloge_nb.ccvr', 'fedloge_nb.fednh',
+                  'fedloge_nb.creff', 'fedloge_nb.fedgrab', 'fedloge_nb.rucr',
+                  'fedloge_nb.fedyoyo', 'fedloge_nb.fedrela', 'fedloge_nb.fednpc']
 METHODS_ENV = 'FEDLOGE_NB_METHODS'
 
 def method_modules() -> list:

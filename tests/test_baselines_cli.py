@@ -19,7 +19,9 @@ load_methods()                                       # raises if a method module
 ALL = sorted(METHODS)                                 # every registered method
 NO_GM = {m for m in ALL if not METHODS[m].has_global}
 FAST_HP = {'fedloge': {'sse_steps': 50, 'sse_lr': 0.01},  # speed only: FedLoGe's default SSE-C optimisation takes 10k steps,
-           'fedetf': {'p_iters': 2}}                    # FedETF's personalisation 20 iterations
+           'fedetf': {'p_iters': 2},                    # FedETF's personalisation 20 iterations,
+           'fedloge+rela': {'sse_steps': 50, 'sse_lr': 0.01}, 'fedetf+rela': {'p_iters': 2},
+           'creff': {'feat_per_class': 20, 'crt_epochs': 20}}   # CReFF's classifier re-training 300 epochs every round
 MODEL = {'fedbn': 'resnet8'}                          # resume: FedBN's local BatchNorm state needs a model with BatchNorm
 TINY = ['--dataset', 'digits', '--imb_factor', '10', '--clients', '4', '--frac', '0.5', '--model', 'mlp',
         '--batch_size', '16', '--lr', '0.05', '--progress', 'false']
@@ -34,7 +36,8 @@ def metrics(summary):
 def test_every_method_module_is_loaded():
     "Every module of the package that registers a method is in METHOD_MODULES (else its methods would be unknown to the CLI)."
     pkg = Path(fedloge_nb.__file__).parent
-    registering = {f'fedloge_nb.{f.stem}' for f in pkg.glob('*.py') if '@register(' in f.read_text() and f.stem != 'federated'}
+    registering = {f'fedloge_nb.{f.stem}' for f in pkg.glob('*.py')
+                   if ('@register(' in f.read_text() or '@register_plugin(' in f.read_text()) and f.stem != 'federated'}
     assert registering == set(METHOD_MODULES)
     for m in ALL: assert get_method(m).name == m and METHODS[m].kind in KINDS and 'kind' in vars(METHODS[m])
     assert NO_GM == {m for m in ALL if METHODS[m].kind == 'personalised'} and len(ALL) >= 21

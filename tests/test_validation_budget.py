@@ -6,7 +6,8 @@ from fedloge_nb.engine import start_run, run_fl
 from fedloge_nb.data import make_fed_data
 
 load_methods()
-TINY_HP = {'fedloge': dict(sse_steps=50, sse_lr=1e-2), 'fedrep': dict(head_epochs=1)}
+TINY_HP = {'fedloge': dict(sse_steps=50, sse_lr=1e-2), 'fedrep': dict(head_epochs=1), 'fedloge+rela': dict(sse_steps=50, sse_lr=1e-2),
+           'creff': dict(feat_per_class=20, crt_epochs=20)}
 
 
 @pytest.fixture(scope='module')

@@ -75,7 +75,6 @@ def client_setup(cfg_json: str):
             _DATA.clear(); _DATA.update(key=dkey, fed=make_fed_data(**cfg.data_args())); _BUILDS['data'] += 1
         _CLIENT.clear()
         algo = make_algorithm(cfg); clients, states, _ = start_run(algo, _DATA['fed'], cfg); _BUILDS['method'] += 1
-        torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.0).step()   # torch's imports of a first step, now
         _CLIENT.update(key=cfg_json, cfg=cfg, algo=algo, clients=clients, states=states, fed=_DATA['fed'])
         trace_mark(os.environ.get('FEDLOGE_NB_TRACE'), f"client side built: {cfg.method} in pid {os.getpid()} "
                                                         f"(builds so far: data {_BUILDS['data']}, method {_BUILDS['method']})")

@@ -10,7 +10,7 @@ STAMP := $(VENV)/.fedloge_nb-installed
 FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 OUT ?= runs/main
 
-.PHONY: setup data test test-nbs test-py slow run export clean-nbs bench docs docs-deps
+.PHONY: setup data test test-nbs test-py slow run export clean-nbs bench docs docs-deps wheel-env
 
 setup: $(STAMP) data
 
@@ -40,7 +40,12 @@ docs-deps:
 	  else echo "warning: chromium missing and no apt-get: tests/test_docs.py will fail (install Chromium)"; fi; \
 	fi
 
-test: setup docs-deps test-nbs test-py
+# the environment tests/test_wheel.py installs the built wheel into (constraints.txt, no source tree): made once per
+# constraints.txt and Python version in ~/.cache/fedloge_nb (minutes: torch and Flower downloaded), refreshed in seconds after that
+wheel-env: $(STAMP)
+	OMP_NUM_THREADS=1 $(BIN)/python tests/test_wheel.py
+
+test: setup docs-deps wheel-env test-nbs test-py
 
 test-nbs:
 	cd nbs && OMP_NUM_THREADS=1 ../$(BIN)/nbdev_test --n_workers 2 --timing

@@ -65,14 +65,24 @@ def trace_mark(path, what: str):
         with open(path, 'a') as f: f.write(f"{time.time():.3f}\t{what}\n")
 
 # %% ../nbs/17_flower.ipynb #c8701c97
-def client_setup(cfg_json: str):
-    "The client side of a run in this process, built once per config (the data once per data config): (cfg, algo, clients, initial client states)."
+def _fed_data(args: dict, cache: Path | None):
+    "`make_fed_data(**args)`, or the copy a process of this node saved in `cache` (its state folder) for the same arguments."
+    from fedloge_nb.data import FedData, make_fed_data
+    p = None if cache is None else Path(cache)/f"fed_data_{run_key(json.dumps(args, sort_keys=True, default=str))}.pt"
+    if p is not None and p.exists():
+        try: return FedData(**load_checkpoint(p))
+        except (ValueError, TypeError): pass                          # unreadable or from another version: built again below
+    fed = make_fed_data(**args); _BUILDS['data'] += 1
+    if p is not None: save_checkpoint(p, {f.name: getattr(fed, f.name) for f in dataclasses.fields(fed)})
+    return fed
+
+def client_setup(cfg_json: str, cache=None):
+    "The client side of a run in this process, built once per config (the data once per data config, and with a `cache` folder once per node): (cfg, algo, clients, initial client states)."
     if _CLIENT.get('key') != cfg_json:
         cfg = FedConfig(**json.loads(cfg_json)).validate()
         dkey = json.dumps(cfg.data_args(), sort_keys=True, default=str)
         if _DATA.get('key') != dkey:
-            from fedloge_nb.data import make_fed_data
-            _DATA.clear(); _DATA.update(key=dkey, fed=make_fed_data(**cfg.data_args())); _BUILDS['data'] += 1
+            _DATA.clear(); _DATA.update(key=dkey, fed=_fed_data(cfg.data_args(), cache))
         _CLIENT.clear()
         algo = make_algorithm(cfg); clients, states, _ = start_run(algo, _DATA['fed'], cfg); _BUILDS['method'] += 1
         _CLIENT.update(key=cfg_json, cfg=cfg, algo=algo, clients=clients, states=states, fed=_DATA['fed'])
@@ -114,7 +124,7 @@ def _client(msg, context):
     "(config, cfg, algo, client k's data, its private state, k, server model) for a message; the server model is loaded into `algo`."
     c = msg.content['config']
     torch.set_num_threads(int(c['threads']))                         # the server's thread count: same float sums (a build's too)
-    cfg, algo, clients, states = client_setup(c['cfg'])
+    cfg, algo, clients, states = client_setup(c['cfg'], context.node_config.get('state-dir') or None)   # a deployment's node: its data cached there
     if c.get('branch', '') == 'own': algo = own_algo(cfg, algo)        # the method's own post-training budget
     k = int(context.node_config.get('partition-id', -1))
     if not 0 <= k < cfg.clients:

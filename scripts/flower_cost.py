@@ -21,7 +21,7 @@ deployments, phase by phase. Ratios are of seconds measured in this one run of t
 
     OMP_NUM_THREADS=1 python scripts/flower_cost.py --clients 4 --rounds 4 --workers 2 --out results/flower/cost_stock
 """
-import argparse, datetime, json, os, platform, subprocess, sys, tempfile, time
+import argparse, datetime, json, os, platform, shlex, subprocess, sys, tempfile, time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -41,9 +41,16 @@ def first(ms, text) -> float:
     return hit[0]
 
 
+def first_done(ms, text) -> float:
+    "Time of the first mark that starts with `text` and says the exchange was answered (or is the stock app's 'evaluated')."
+    hit = [t for t, w in ms if w.startswith(text) and ('answered' in w or 'evaluated' in w)]
+    if not hit: raise SystemExit(f"flower_cost: no trace mark {text!r} ... answered in {ms[-5:]}")
+    return hit[0]
+
+
 def per_round(ms, rounds: int, done: str) -> float:
-    "(end of round R - end of round 1) / (R - 1), the end of round r being the mark `done.format(r)`."
-    return (first(ms, done.format(rounds)) - first(ms, done.format(1))) / (rounds - 1)
+    "(end of round R - end of round 1) / (R - 1), the end of round r being the mark `done.format(r)` that says it was answered."
+    return (first_done(ms, done.format(rounds)) - first_done(ms, done.format(1))) / (rounds - 1)
 
 
 def save_data(fed, folder: Path):
@@ -109,7 +116,7 @@ def package_deployment(cfg, port, out, trace) -> tuple:
     ms = marks(trace)
     t0 = first(ms, 'start')
     phases = {'processes up (SuperLink, keys, SuperNodes)': first(ms, 'SuperNodes started') - t0,
-              'first round trained and evaluated': first(ms, 'evaluation 1: ') - t0,
+              'first round trained and evaluated': first_done(ms, 'evaluation 1: ') - t0,
               'whole job, stopped': first(ms, 'deployment stopped') - t0}
     return per_round(ms, cfg.rounds, 'evaluation {}: '), phases, s
 
@@ -137,7 +144,7 @@ def stock_deployment(cfg, fed, port, data, trace, logs) -> tuple:
     ms = marks(trace)
     t0 = first(ms, 'start')
     phases = {'processes up (SuperLink, keys, SuperNodes)': first(ms, 'SuperNodes started') - t0,
-              'first round trained and evaluated': first(ms, 'round 1 evaluated') - t0,
+              'first round trained and evaluated': first_done(ms, 'round 1 evaluated') - t0,
               'whole job, stopped': first(ms, 'deployment stopped') - t0}
     return per_round(ms, cfg.rounds, 'round {} evaluated'), phases
 
@@ -187,7 +194,7 @@ def main(argv=None):
     lines += ['', f"Whole simulations (Ray start-up included): package {r['sim_pkg_total']:.1f} s, stock app {r['sim_stock_total']:.1f} s.",
               f"GM / PM accuracy, local / simulation / deployment (the package's runs must agree): " +
               '; '.join(f"{k} {v[0]:.2f} / {v[1]:.2f} / {v[2]:.2f}" for k, v in same.items()),
-              '', f"Command: `OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '')} python scripts/flower_cost.py {' '.join(sys.argv[1:] if argv is None else argv)}`"]
+              '', f"Command: `OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '')} python scripts/flower_cost.py {shlex.join(sys.argv[1:] if argv is None else argv)}`"]
     text = '\n'.join(lines) + '\n'
     print(text)
     out = Path(a.out); out.parent.mkdir(parents=True, exist_ok=True)

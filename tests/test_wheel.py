@@ -27,10 +27,8 @@ def _run(cmd, cwd, env, timeout=600):
     return r.stdout
 
 
-@pytest.fixture(scope='module')
-def installed(tmp_path_factory):
-    "(bin folder of the environment with the wheel installed, a folder outside the source tree, its environment variables)."
-    tmp = tmp_path_factory.mktemp('wheel')
+def prepare(tmp: Path):
+    "Build the wheel in `tmp` and install it: (bin folder of its environment, `tmp`, the environment variables to run it with)."
     _run([sys.executable, '-m', 'pip', 'wheel', '--no-deps', '--no-build-isolation', '-q', '-w', tmp / 'dist', ROOT], ROOT, os.environ, 300)
     wheel = next((tmp / 'dist').glob('fedloge_nb-*.whl'))
     names = zipfile.ZipFile(wheel).namelist()
@@ -52,6 +50,12 @@ def installed(tmp_path_factory):
     return venv / 'bin', tmp, env
 
 
+@pytest.fixture(scope='module')
+def installed(tmp_path_factory):
+    "(bin folder of the environment with the wheel installed, a folder outside the source tree, its environment variables)."
+    return prepare(tmp_path_factory.mktemp('wheel'))
+
+
 def test_wheel_commands(installed):
     "--help, a 2-round local run, a 1-round Flower simulation and a 1-round deployment with 2 SuperNodes, all from the installed wheel."
     bin_, tmp, env = installed
@@ -66,3 +70,8 @@ def test_wheel_commands(installed):
     assert json.loads((tmp / 'sim' / 'summary.json').read_text())['backend'] == 'flower' and sim['pm_acc'] == one['pm_acc']
     dep = last(_run([exe, 'deploy', '--method', 'fedavg', *TINY, '--rounds', '1', '--port', '19420', '--out', tmp / 'dep'], tmp, env))
     assert dep['backend'] == 'flower-deployment' and dep['pm_acc'] == one['pm_acc'] and dep['gm_acc'] == one['gm_acc'], (dep, one)
+
+
+if __name__ == '__main__':                                           # `make wheel-env`: the environment made (or refreshed) ahead of the tests
+    import tempfile
+    print(f"fedloge_nb wheel environment: {prepare(Path(tempfile.mkdtemp()))[0].parent}")

@@ -37,7 +37,7 @@ def run(hp: str = '',                    # method hyperparameters, e.g. 'beta=0.
     "Train one federated method and write OUT/summary.json, history.csv, config.json."
     if backend != 'local' and backend not in backend_names(): raise ValueError(f"--backend {backend!r}: use local (default) or {' or '.join(backend_names())}")
     if backend == 'flower' and flower_workers < 1: raise ValueError(f"--flower_workers {flower_workers}: need at least 1 Ray actor")
-    if backend != 'local' and (bad := [f'--{k}' for k in ('new_clients', 'drop_rate', 'straggler_rate', 'tensorboard') if config.get(k)]):
+    if backend != 'local' and (bad := [f'--{k}' for k in ('new_clients', 'tensorboard') if config.get(k)]):
         raise ValueError(f"{', '.join(bad)}: the local engine's (not yet --backend {backend}): use --backend local")
     if hp.strip() == 'help': print(hp_help(config.get('method') or 'fedavg')); return {}   # --hp help: the method's table, nothing runs
     cfg = command_config(run, config, hp=parse_hp(hp))

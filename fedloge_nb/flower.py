@@ -11,7 +11,7 @@ import torch
 from tqdm.auto import tqdm
 from fastcore.basics import patch
 from .federated import (FedConfig, ClientResult, make_algorithm, sample_clients, derive_seed, matched_hp,
-                                  seed_everything)
+                                  seed_everything, client_fate)
 from .hparams import hp_key
 from .evaluation import evaluate_global, personal_scores, val_view
 from .engine import start_run, make_summary, scalar_metrics
@@ -166,11 +166,12 @@ def exchange(self: EngineStrategy, grid, asked: list, messages: list, what: str,
 # %% ../nbs/17a_flower_server.ipynb #1f265f70
 @patch
 def configure_train(self: EngineStrategy, server_round, arrays, config, grid):
-    "Messages to the round's clients whose nodes are connected, `sample_clients(K, frac, seed, round)` as in the engine."
+    "Messages to the round's clients whose nodes are connected, `sample_clients(K, frac, seed, round)` as in the engine, less the ones `client_fate` drops."
     from flwr.app import MessageType
     live = self.live(grid)
     ks, extra = sample_clients(self.cfg.clients, self.cfg.frac, self.cfg.seed, server_round), pack(self.algo.extra_state())
-    return [self.message(k, arrays, MessageType.TRAIN, extra=extra, round=server_round) for k in ks if k in live]
+    return [self.message(k, arrays, MessageType.TRAIN, extra=extra, round=server_round) for k in ks
+            if k in live and not client_fate(self.cfg, server_round, k).dropped]
 
 @patch
 def aggregate_train(self: EngineStrategy, server_round, replies):
@@ -199,7 +200,8 @@ def aggregate_train(self: EngineStrategy, server_round, replies):
 def train_round(self: EngineStrategy, grid, rnd: int, arrays):
     "One round: the sampled clients train, the answers are aggregated; `asked` / `answered` count the clients."
     asked = sample_clients(self.cfg.clients, self.cfg.frac, self.cfg.seed, rnd)
-    got = self.exchange(grid, asked, self.configure_train(rnd, arrays, None, grid), f'round {rnd}')
+    kept = [k for k in asked if not client_fate(self.cfg, rnd, k).dropped]      # --drop_rate: lost as in the local engine, not a failure
+    got = self.exchange(grid, kept, self.configure_train(rnd, arrays, None, grid), f'round {rnd}')
     self.asked, self.answered = len(asked), len(got)
     return self.aggregate_train(rnd, got)[0]
 

@@ -8,7 +8,7 @@ import copy, io, json, os, time, dataclasses
 from collections import OrderedDict
 from pathlib import Path
 import torch
-from .federated import FedConfig, make_algorithm, derive_seed, get_method, matched_hp, round_config
+from .federated import FedConfig, make_algorithm, derive_seed, get_method, matched_hp, client_config
 from .evaluation import client_scores
 from .engine import start_run
 from .guards import save_checkpoint, load_checkpoint
@@ -149,7 +149,7 @@ def client_train(msg, context):
     if len(d) == 0: return _reply(msg, {'k': k, 'n': 0, 'loss': float('nan'), 'bad': ''})
     s = derive_seed(cfg.seed, 'client', rnd, k)
     torch.manual_seed(s)
-    r = algo.client_update(gstate, cs, d, round_config(cfg, rnd), s)   # this round's local lr (the schedule of chapter 04)
+    r = algo.client_update(gstate, cs, d, client_config(cfg, rnd, k), s)   # this round's local lr (chapter 04's schedule), a straggler's epochs
     save_client_state(context, c, k, f'r{rnd}', r.client_state)
     recs = {'arrays': to_record(r.state), 'metrics': MetricRecord({'num-examples': r.n})}
     if algo.aggregate_uses_client_state: recs['private'] = to_record(r.client_state)

@@ -8,19 +8,21 @@ from fedloge_nb.engine import run_fl
 from fedloge_nb.flower import EngineStrategy, LocalGrid
 
 CASES = [('feddyn', {}), ('fedmmd', {}), ('fedavg+rs', {}), ('scaffold+rs', {}), ('fedaws', {}), ('ccvr', {'calib_epochs': 3}),
-         ('fednh', {}), ('fedavg', {'lr_decay': 0.7})]
+         ('fednh', {}), ('fedavg', {'lr_decay': 0.7}),
+         ('fednova', {'drop_rate': 0.3, 'straggler_rate': 0.6, 'local_epochs': 3, 'straggler_min_epochs': 1})]
+RUN_FIELDS = {'lr_decay', 'drop_rate', 'straggler_rate', 'local_epochs', 'straggler_min_epochs'}   # FedConfig fields, not hyperparameters
 
 
 def _cfg(method, extra):
-    hp = {k: v for k, v in extra.items() if k != 'lr_decay'}
+    hp = {k: v for k, v in extra.items() if k not in RUN_FIELDS}
     return FedConfig(method=method, dataset='digits', imb_factor=10, clients=4, frac=0.5, rounds=3, model='mlp', batch_size=16,
-                     seed=2, eval_every=3, device='cpu', hp=hp, lr_decay=extra.get('lr_decay', 1.0))
+                     seed=2, eval_every=3, device='cpu', hp=hp, **{k: v for k, v in extra.items() if k in RUN_FIELDS})
 
 
 def _same(a, b): return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
 
 
-@pytest.mark.parametrize('method,extra', CASES, ids=[f'{m}{"-decay" if "lr_decay" in e else ""}' for m, e in CASES])
+@pytest.mark.parametrize('method,extra', CASES, ids=[f'{m}{"-decay" if "lr_decay" in e else ""}{"-unreliable" if "drop_rate" in e else ""}' for m, e in CASES])
 def test_flower_strategy_equals_local_engine(method, extra):
     cfg = _cfg(method, extra)
     loc = run_fl(cfg, progress=False).summary
@@ -36,4 +38,16 @@ def test_lr_schedule_reaches_flower_clients():
     const, decay = _cfg('fedavg', {}), _cfg('fedavg', {'lr_decay': 0.7})
     a = EngineStrategy(const, progress=False).start(LocalGrid(4))
     b = EngineStrategy(decay, progress=False).start(LocalGrid(4))
+    assert a['client_acc'] != b['client_acc']
+
+
+def test_unreliable_clients_reach_flower_clients():
+    "Drops and stragglers change FedNova's run on the Flower path (the equality above is not a setting both ignore), and some happened."
+    from fedloge_nb.federated import client_fate
+    base = {'local_epochs': 3}
+    rel, unrel = _cfg('fednova', base), _cfg('fednova', {**base, 'drop_rate': 0.3, 'straggler_rate': 0.6, 'straggler_min_epochs': 1})
+    fates = [client_fate(unrel, r, k) for r in range(1, 4) for k in range(4)]
+    assert any(f.dropped for f in fates) and any(f.straggler for f in fates)
+    a = EngineStrategy(rel, progress=False).start(LocalGrid(4))
+    b = EngineStrategy(unrel, progress=False).start(LocalGrid(4))
     assert a['client_acc'] != b['client_acc']

@@ -369,7 +369,7 @@ def show_ablation(name: str, sweeps=None):
     display(Markdown(f"### {ab.title}\n\nPaper:"))
     display(ab.paper())
     if r is None: display(Markdown(not_run(ab.exp, sweeps))); return
-    display(Markdown(f"Ours (`{ab.exp}`, {r['done']} of {r['cells']} cells finished; mean ± std over seeds, {'final evaluation' if ab.window == 'final' else 'last-3 means, final values for what exists only after training'}):"))
+    display(Markdown(f"Ours (`{ab.exp}`, {r['done']} of {r['cells']} cells finished; mean ± std over seeds, {'final evaluation' if ab.window == 'final' else 'means of the last k evaluations (last_k of the sweep file, 3 unless set), final values for what exists only after training'}):"))
     display(r['ours'])
     if ab.note: display(Markdown(ab.note))
     t = r['checks']

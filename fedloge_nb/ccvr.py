@@ -13,7 +13,7 @@ from .evaluation import forward_batched
 from .baselines import with_masked
 
 # %% auto #0
-__all__ = ['class_stats', 'pool_stats', 'sample_virtual', 'calibrate_head', 'CCVR']
+__all__ = ['class_stats', 'pool_stats', 'sample_virtual', 'calibrate_head', 'head_state', 'load_head_state', 'CCVR']
 
 # %% ../nbs/08g_ccvr.ipynb #af8a22ad
 def class_stats(h: torch.Tensor, y: torch.Tensor) -> dict:
@@ -72,6 +72,18 @@ def calibrate_head(weight: torch.Tensor, bias: torch.Tensor | None, X: torch.Ten
             opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
     return W.detach(), None if b is None else b.detach()
 
+# %% ../nbs/08g_ccvr.ipynb #0ffd77d6
+def head_state(prefix: str, head) -> dict:
+    "A server-side head (W, b or None) as checkpoint tensors `{prefix}.weight` / `{prefix}.bias`; {} for no head."
+    if head is None: return {}
+    W, b = head
+    return {f'{prefix}.weight': W.detach().clone(), **({} if b is None else {f'{prefix}.bias': b.detach().clone()})}
+
+def load_head_state(prefix: str, state: dict, device):
+    "The head (W, b or None) that `head_state` wrote under `prefix`, on `device`; None when the state has none."
+    W, b = state.get(f'{prefix}.weight'), state.get(f'{prefix}.bias')
+    return None if W is None else (W.to(device), None if b is None else b.to(device))
+
 # %% ../nbs/08g_ccvr.ipynb #3df80f10
 @register('ccvr')
 class CCVR(FedAvg):
@@ -96,15 +108,11 @@ class CCVR(FedAvg):
 
     def personal_logits(self, x, cstate, data): return with_masked(self.global_logits(x), data.counts)
 
-    def extra_state(self):
-        if self.calibrated is None: return {}
-        W, b = self.calibrated
-        return {'ccvr.weight': W.detach().clone(), **({} if b is None else {'ccvr.bias': b.detach().clone()})}
+    def extra_state(self): return head_state('ccvr', self.calibrated)
 
     def load_extra_state(self, state):
         "The server's calibrated head, or None when the state has none (before the post-training stage)."
-        W, b = state.get('ccvr.weight'), state.get('ccvr.bias')
-        self.calibrated = None if W is None else (W.to(self.device), None if b is None else b.to(self.device))
+        self.calibrated = load_head_state('ccvr', state, self.device)
 
 # %% ../nbs/08g_ccvr.ipynb #cabacf65
 @patch

@@ -10,6 +10,7 @@ from fastcore.basics import patch
 from .hparams import HP
 from .federated import FedAvg, register, derive_seed
 from .evaluation import forward_batched
+from .ccvr import head_state, load_head_state
 
 # %% auto #0
 __all__ = ['noise_batch', 'npc_candidates', 'select_candidate', 'FedNPC']
@@ -78,15 +79,11 @@ class FedNPC(FedAvg):
 
     def diagnostics(self, fed, clients, client_states): return dict(self.npc_choice)
 
-    def extra_state(self):
-        if self.calibrated is None: return {}
-        W, b = self.calibrated
-        return {'npc.weight': W.detach().clone(), **({} if b is None else {'npc.bias': b.detach().clone()})}
+    def extra_state(self): return head_state('npc', self.calibrated)
 
     def load_extra_state(self, state):
         "The server's re-trained head, or None when the state has none (before the post-training stage)."
-        W, b = state.get('npc.weight'), state.get('npc.bias')
-        self.calibrated = None if W is None else (W.to(self.device), None if b is None else b.to(self.device))
+        self.calibrated = load_head_state('npc', state, self.device)
 
 # %% ../nbs/09f_fednpc.ipynb #c6d3bc9f
 @patch

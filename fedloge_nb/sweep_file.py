@@ -18,7 +18,7 @@ __all__ = ['FIELDS', 'GRID_ALIASES', 'TOP_KEYS', 'REPORT_DEFAULTS', 'SHORT', 'Sw
 # %% ../nbs/14c_sweep_file.ipynb #5956da09
 FIELDS = [f.name for f in dataclasses.fields(FedConfig)]
 GRID_ALIASES = {'methods': 'method', 'seeds': 'seed', 'datasets': 'dataset'}
-TOP_KEYS = ('name', 'description', 'out', 'base', 'grid', 'hp', 'report', 'meta', 'more_seeds')
+TOP_KEYS = ('name', 'description', 'out', 'base', 'grid', 'hp', 'when', 'report', 'meta', 'more_seeds')
 REPORT_DEFAULTS = dict(metrics=list(METRICS),
                        curves=['gm_acc', 'pm_acc'], bars=['gm_acc', 'pm_acc'], sensitivity=[],
                        converge_metric='gm_acc', converge_at=[], last_k=3, select=[], reference=None)
@@ -40,6 +40,7 @@ class SweepSpec:
     report: dict = field(default_factory=lambda: dict(REPORT_DEFAULTS))
     meta: dict = field(default_factory=dict)
     more_seeds: list = field(default_factory=list)  # [{seeds, cells}]: extra seeds of some groups ('method[ variant]')
+    when: list = field(default_factory=list)        # [{'if': {field: values}, 'set': {field: value, 'hp': {...}}}]
 
     @property
     def methods(self) -> list:
@@ -114,6 +115,23 @@ def _parse_more_seeds(v) -> list:
         out.append(dict(seeds=list(seeds), cells=list(cells)))
     return out
 
+def _parse_when(v, settable: list, methods: list) -> list:
+    "The `[[when]]` tables as [{'if': {field: [values]}, 'set': {field: value, 'hp': {...}}}], checked."
+    if not isinstance(v, list) or not all(isinstance(t, dict) for t in v):
+        raise ValueError("when must be a list of tables: [[when]] if = {alpha = 0.05} set = {lr = 0.04}")
+    out = []
+    for i, t in enumerate(v):
+        _unknown(f'[[when]] #{i}', t, ['if', 'set'])
+        cond, put = t.get('if'), t.get('set')
+        if not (isinstance(cond, dict) and cond and isinstance(put, dict) and put):
+            raise ValueError(f"[[when]] #{i} needs a non-empty 'if' and 'set' table, e.g. if = {{alpha = 0.05}} set = {{lr = 0.04}}")
+        _unknown(f'[[when]] #{i} if', cond, settable)
+        _unknown(f'[[when]] #{i} set', put, [f for f in settable if f not in ('method', 'seed')] + ['hp'])
+        if not isinstance(put.get('hp', {}), dict): raise ValueError(f"[[when]] #{i}: set.hp must be a table, e.g. hp = {{mu = 0.01}}")
+        _check_hp_keys(f'[[when]] #{i} set.hp', put.get('hp', {}), methods)
+        out.append({'if': {k: (list(x) if isinstance(x, list) else [x]) for k, x in cond.items()}, 'set': dict(put)})
+    return out
+
 # %% ../nbs/14c_sweep_file.ipynb #d1ffae8b
 def parse_spec(d: dict, name: str = 'sweep') -> SweepSpec:
     "Check a sweep dict (as read from TOML) and return a `SweepSpec`; unknown keys raise a ValueError naming them."
@@ -134,6 +152,7 @@ def parse_spec(d: dict, name: str = 'sweep') -> SweepSpec:
     _unknown('[report]', rep, list(REPORT_DEFAULTS))
     spec.report = {**REPORT_DEFAULTS, **rep}
     spec.more_seeds = _parse_more_seeds(d.get('more_seeds', []))
+    spec.when = _parse_when(d.get('when', []), settable, methods)
     return spec
 
 # %% ../nbs/14c_sweep_file.ipynb #e5c00001
@@ -166,13 +185,29 @@ class Cell:
     setting: str
     variant: str
     cfg: FedConfig
+    when: tuple = ()    # the `[[when]]` tables (indices) that set part of cfg
 
 # %% ../nbs/14c_sweep_file.ipynb #e5c00002
+def _when_hits(spec: SweepSpec, kw: dict) -> list:
+    "Indices of the `[[when]]` tables whose every `if` field holds one of its values in config `kw` (defaults filled in)."
+    d = {**dataclasses.asdict(FedConfig()), **kw}
+    return [i for i, w in enumerate(spec.when) if all(d[k] in vals for k, vals in w['if'].items())]
+
+def _apply_when(spec: SweepSpec, kw: dict, ovf: dict, ohp: dict, m: str) -> dict:
+    "Config `kw` with the `set` of every matching `[[when]]` (in file order); an override's own fields and hp still win."
+    for i in _when_hits(spec, kw):                  # matched on the config before any `set`
+        put = spec.when[i]['set']
+        kw = {**kw, **{k: v for k, v in put.items() if k != 'hp' and k not in ovf},
+              'hp': {**kw['hp'], **{k: v for k, v in hp_for(m, put.get('hp', {}), strict=False).items() if k not in ohp}}}
+    return kw
+
 def _cell(spec: SweepSpec, seed: int, setting: dict, ov: dict, m: str) -> Cell:
     "The cell of method `m` under override `ov` in the grid setting `setting` with `seed` (named from what it changes)."
     ovf = {k: v for k, v in ov.items() if k not in ('hp', 'label')}
     ohp = hp_for(m, ov.get('hp', {}), strict=False)
     kw = {**spec.base, **setting, **ovf, 'method': m, 'seed': seed, 'hp': {**spec.hp.get(m, {}), **ohp}}
+    hits = tuple(_when_hits(spec, kw))
+    kw = _apply_when(spec, kw, ovf, ohp, m)
     cfg = FedConfig(**kw).validate()
     d = {**dataclasses.asdict(FedConfig()), **kw}
     parts = [value_label(d['dataset']), f"if{value_label(d['imb_factor'])}", f"a{value_label(d['alpha'])}"]
@@ -180,7 +215,7 @@ def _cell(spec: SweepSpec, seed: int, setting: dict, ov: dict, m: str) -> Cell:
     variant = (ov.get('label') or '_'.join([f"{SHORT.get(k, k)}{value_label(v)}" for k, v in ovf.items()] +
                                            [f"{k}{value_label(v)}" for k, v in ohp.items()])) if (ovf or ohp) else ''
     group = safe_name('_'.join(parts + [m] + ([variant] if variant else [])))
-    return Cell(f"{group}_s{seed}", group, safe_name('_'.join(parts)), safe_name(variant), cfg)
+    return Cell(f"{group}_s{seed}", group, safe_name('_'.join(parts)), safe_name(variant), cfg, hits)
 
 def _label(c: Cell) -> str: return run_label({'method': c.cfg.method, 'variant': c.variant})   # the tables' 'method[ variant]'
 
@@ -205,4 +240,7 @@ def expand(spec: SweepSpec) -> list:
         seen[c.name] = key; cells.append(c)
     if len(set(seen.values())) != len(seen):
         raise ValueError("two cells of the sweep have the same config under different names: remove the duplicate override")
+    hit = {i for c in cells for i in c.when}
+    for i, w in enumerate(spec.when):
+        if i not in hit: raise ValueError(f"[[when]] #{i} (if = {w['if']}) matches no cell of the grid: check its fields and values")
     return cells

@@ -1,5 +1,5 @@
-"""The methods added beside the seeds' (FedDyn, FedMMD, FedRS, FedAwS, CCVR, FedNH) and the lr schedule under Flower's message
-rounds: the engine's Flower strategy on `LocalGrid` (the ClientApp handlers called in process, no Ray) gives the numbers of
+"""The methods added beside the seeds' (FedDyn, FedMMD, FedRS, FedAwS, CCVR, FedNH; the field's CReFF, Fed-GraB, RUCR, FedYoYo,
+FedReLa on FedETF and on FedLoGe, FedNPC), the lr schedule and unreliable clients under Flower's message rounds: the engine's Flower strategy on `LocalGrid` (the ClientApp handlers called in process, no Ray) gives the numbers of
 the in-process engine, post-training stages included."""
 import math
 import pytest
@@ -9,6 +9,9 @@ from fedloge_nb.flower import EngineStrategy, LocalGrid
 
 CASES = [('feddyn', {}), ('fedmmd', {}), ('fedavg+rs', {}), ('scaffold+rs', {}), ('fedaws', {}), ('ccvr', {'calib_epochs': 3}),
          ('fednh', {}), ('fedavg', {'lr_decay': 0.7}),
+         ('creff', {'match_steps': 3, 'crt_epochs': 3, 'feat_per_class': 10, 'real_repeats': 2}), ('fedgrab', {'dpa_round': 1}),
+         ('rucr', {'crt_epochs': 3}), ('fedyoyo', {'warmup': 1}), ('fednpc', {'npc_epochs': 5, 'npc_samples': 500}),
+         ('fedetf+rela', {'p_iters': 2}), ('fedloge+rela', {'sse_steps': 100}),
          ('fednova', {'drop_rate': 0.3, 'straggler_rate': 0.6, 'local_epochs': 3, 'straggler_min_epochs': 1})]
 RUN_FIELDS = {'lr_decay', 'drop_rate', 'straggler_rate', 'local_epochs', 'straggler_min_epochs'}   # FedConfig fields, not hyperparameters
 

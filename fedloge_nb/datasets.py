@@ -330,7 +330,7 @@ DATASETS = {
     'fmnist': DatasetInfo(_build_fmnist, 10, 1, 28, None, True, 'Debian dataset-fashion-mnist, offline'),
     'cifar10': DatasetInfo(lambda root, download=False: _build_cifar('cifar10', root, download), 10, 3, 32, 'cifar', True, 'torchvision'),
     'cifar100': DatasetInfo(lambda root, download=False: _build_cifar('cifar100', root, download), 100, 3, 32, 'cifar', True, 'torchvision'),
-    'digits': DatasetInfo(_build_digits, 10, 1, 8, None, False, 'scikit-learn load_digits, offline'),
+    'digits': DatasetInfo(_build_digits, 10, 1, 8, None, True, 'scikit-learn load_digits, offline'),
     'synthetic': DatasetInfo(build_synthetic, 10, 1, 8, None, False, 'seeded Gaussian clusters'),
     'folder': DatasetInfo(lambda root, download=False, **kw: load_folder(root, **kw), None, None, None, None, False,
                           'image folder / file lists (root = the dataset folder)'),

@@ -38,11 +38,16 @@ def midway():
     return _midway
 
 
-GROUPS = {'test_flower.py': 'flower', 'test_flower_resilience.py': 'flower', 'test_flower_deploy.py': 'flower',   # Ray, SuperLink, SuperNodes
-          'test_docs.py': 'docs'}                                                                                   # one site build
+GROUPS = {'test_flower.py': 'ray', 'test_flower_resilience.py': 'ray',      # one Ray simulation at a time (Ray's start-up under load)
+          'test_flower_deploy.py': 'deploy',                                # one SuperLink and its SuperNodes at a time
+          'test_docs.py': 'docs'}                                           # one site build
+# the longest first (seconds on an idle 2-core machine): two workers then end together instead of one waiting on a late long test
+FIRST = ('test_flower_deploy.py', 'test_docs.py', 'test_flower_resilience.py', 'test_wheel.py', 'test_flower.py', 'test_cli.py')
 
 def pytest_collection_modifyitems(config, items):
-    "With pytest-xdist (`make test` runs two workers, `--dist loadgroup`): the Flower tests run one at a time on one worker, the docs tests share one site."
+    "With pytest-xdist (`make test` runs two workers, `--dist loadgroup`): the long files first; Ray simulations one at a time, deployments one at a time, the docs tests on one site."
+    rank = lambda it: FIRST.index(Path(str(it.fspath)).name) if Path(str(it.fspath)).name in FIRST else len(FIRST)
+    items.sort(key=rank)                                                    # stable: the order within a file is kept
     for item in items:
         g = GROUPS.get(Path(str(item.fspath)).name)
         if g: item.add_marker(pytest.mark.xdist_group(g))

@@ -54,9 +54,10 @@ def test_lost_supernode_the_job_goes_on(tmp_path):
     "One SuperNode killed after round 1: the job finishes with the other two (and a user's HTTP(S) proxy is not in the way)."
     out = tmp_path / 'dep'
     fedavg = [a if a != 'fedloge' else 'fedavg' for a in TINY[:TINY.index('--hp')] + TINY[TINY.index('--hp') + 2:]]
-    p, pids, home = _deploy(out, 19300, '--rounds', '2', '--timeout', '60', env_extra=DEAD_PROXY, tiny=fedavg)
+    fedavg[fedavg.index('--eval_every') + 1] = '2'                   # evaluated once, at the end: 3 ClientApp processes fewer
+    p, pids, home = _deploy(out, 19300, '--rounds', '2', '--ckpt_every', '1', '--timeout', '60', env_extra=DEAD_PROXY, tiny=fedavg)
     try:
-        _wait(lambda: len(_rows(out)) >= 1, p)                       # round 1 done with all three clients
+        _wait(lambda: (out / 'checkpoint.pt').exists(), p)           # round 1 done (with all three clients: no failure recorded)
         os.kill(pids[1], signal.SIGKILL)                             # the SuperNode of client 0 dies mid-run
         so, se = p.communicate(timeout=600)
     finally:
@@ -64,9 +65,8 @@ def test_lost_supernode_the_job_goes_on(tmp_path):
     assert p.returncode == 0, (p.returncode, so, se)
     s = json.loads((out / 'summary.json').read_text())
     rows = _rows(out)
-    assert [(int(r['clients_asked']), int(r['clients_answered'])) for r in rows][0] == (3, 3)
-    assert any(int(r['clients_answered']) < int(r['clients_asked']) for r in rows[1:]), rows
-    assert s['client_failures'] and all(f['client'] == 0 for f in s['client_failures']), s['client_failures']
+    assert [(int(r['round']), int(r['clients_asked']), int(r['clients_answered'])) for r in rows] == [(2, 3, 2)], rows
+    assert s['client_failures'] and all(f['client'] == 0 and '1' not in f['what'] for f in s['client_failures']), s['client_failures']
     assert s['pm_clients'] == 2 and json.loads(so.strip().splitlines()[-1])['backend'] == 'flower-deployment'
     assert not _alive_with(f'FLWR_HOME={home}'.encode() + b'\0'), 'processes left behind'
 
@@ -77,17 +77,18 @@ def test_killed_deployment_resumes_exactly(tmp_path):
     from fedloge_nb.engine import run_fl
     from fedloge_nb.guards import load_checkpoint
     out, args = tmp_path / 'dep', ['--rounds', '2', '--ckpt_every', '1']
-    p, pids, home = _deploy(out, 19320, *args)
+    two = [*TINY[:TINY.index('--clients') + 1], '2', *TINY[TINY.index('--clients') + 2:]]      # 2 SuperNodes: fewer processes
+    p, pids, home = _deploy(out, 19320, *args, tiny=two)
     try: _wait(lambda: (out / 'checkpoint.pt').exists(), p)
     finally:
         p.kill(); p.wait()
         for pid in _alive_with(f'FLWR_HOME={home}'.encode() + b'\0'): os.kill(pid, signal.SIGKILL)
         import shutil; shutil.rmtree(home, ignore_errors=True)          # the killed deployment's own folder (certificates, keys)
     assert load_checkpoint(out / 'checkpoint.pt')['round'] in (1, 2) and not (out / 'summary.json').exists()
-    p, _, home = _deploy(out, 19340, *args, '--resume', 'true')
+    p, _, home = _deploy(out, 19340, *args, '--resume', 'true', tiny=two)
     so, se = p.communicate(timeout=600)
     assert p.returncode == 0, (so, se)
-    cfg = FedConfig(method='fedloge', dataset='digits', imb_factor=10, clients=3, frac=1.0, model='mlp', batch_size=16, seed=1,
+    cfg = FedConfig(method='fedloge', dataset='digits', imb_factor=10, clients=2, frac=1.0, model='mlp', batch_size=16, seed=1,
                     hp={'sse_steps': 100}, eval_every=1, rounds=2, ckpt_every=1, device='cpu')
     loc, fl = run_fl(cfg, progress=False), json.loads((out / 'summary.json').read_text())
     keys = [k for k in loc.summary if k.startswith(('gm_', 'pm_', 'phi_', 'psi_'))]

@@ -20,8 +20,9 @@ from .partition import shot_groups
 __all__ = ['LR_SCHEDULES', 'METHODS', 'KINDS', 'PLUGINS', 'METHOD_MODULES', 'METHODS_ENV', 'FedConfig', 'lr_at', 'round_config',
            'derive_seed', 'seed_everything', 'sample_clients', 'ClientFate', 'client_fate', 'client_config',
            'ClientData', 'client_datasets', 'hold_out_clients', 'weighted_average', 'ClientResult', 'register',
-           'Algorithm', 'shared', 'local_sgd', 'feature_sgd', 'FedAvg', 'Plugin', 'register_plugin', 'composable_bases',
-           'compose', 'method_modules', 'load_methods', 'get_method', 'matched_hp', 'make_algorithm']
+           'Algorithm', 'personalize_by_finish', 'shared', 'local_sgd', 'feature_sgd', 'FedAvg', 'Plugin',
+           'register_plugin', 'composable_bases', 'compose', 'method_modules', 'load_methods', 'get_method',
+           'matched_hp', 'make_algorithm']
 
 # %% ../nbs/04_federated.ipynb #98d60cf2
 @dataclass
@@ -397,6 +398,12 @@ def diagnostics(self: Algorithm, fed, clients: list, client_states: list) -> dic
 def personalize_new(self: Algorithm, data: ClientData, cstate: dict, cfg: FedConfig, epochs: int, seed: int) -> dict:
     "Client state of an unseen client (`--new_clients`) after `epochs` local epochs of the method's own personalisation, the server model fixed (default: none, the generic model)."
     return cstate
+
+def personalize_by_finish(algo: Algorithm, data: ClientData, cstate: dict, cfg: FedConfig, epochs: int) -> dict:
+    "An unseen client personalised by the method's own one-stage `finish_client` at the budget `post_hp(epochs)` (a `personalize_new` for FedETF, FedNH)."
+    keep = algo.hp; algo.hp = {**keep, **(type(algo).post_hp(int(epochs)) or {})}
+    try: return algo.finish_client(0, data, cstate, cfg, None)[0]
+    finally: algo.hp = keep
 
 @patch(cls_method=True)
 def post_hp(cls: Algorithm, epochs: int) -> dict | None:

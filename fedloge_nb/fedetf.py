@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch.func import functional_call
 from fastcore.basics import patch
 from .hparams import HP
-from .federated import Algorithm, ClientResult, register, shared, derive_seed, local_sgd
+from .federated import Algorithm, ClientResult, register, shared, derive_seed, local_sgd, personalize_by_finish
 from .evaluation import forward_batched
 from .models import make_backbone
 from .etf import simplex_etf
@@ -149,3 +149,8 @@ def finish_rounds(self: FedETF, cfg): return 1
 def finish_client(self: FedETF, stage, d, cs, cfg, msg):
     "Algorithm 2 on a client with training data: its personalised model, used for PM."
     return (cs if len(d) == 0 else {**cs, **self.personalize(d, cfg)}), {}
+
+@patch
+def personalize_new(self: FedETF, data, cstate, cfg, epochs, seed):
+    "An unseen client (`--new_clients`): Algorithm 2 on its data at the budget `post_hp(epochs)`, that of the clients that trained."
+    return personalize_by_finish(self, data, cstate, cfg, epochs)

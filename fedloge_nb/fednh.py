@@ -9,7 +9,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from fastcore.basics import patch
 from .hparams import HP
-from .federated import Algorithm, ClientResult, register, shared, local_sgd, derive_seed, weighted_average, round_config
+from .federated import Algorithm, ClientResult, register, shared, local_sgd, derive_seed, weighted_average, round_config, personalize_by_finish
 from .evaluation import forward_batched
 from .models import make_backbone
 from .etf import simplex_etf
@@ -122,3 +122,8 @@ def finish_client(self: FedNH, stage, d, cs, cfg, msg):
     local_sgd(m, d, round_config(cfg, cfg.rounds), derive_seed(cfg.seed, 'fednh_p', d.k),
               lambda mm, xb, yb: F.cross_entropy(mm(xb), yb), epochs=self.p_epochs(cfg))
     return {**cs, **prefixed({k: v for k, v in m.state_dict().items() if k != 'proto'}, 'p.')}, {}
+
+@patch
+def personalize_new(self: FedNH, data, cstate, cfg, epochs, seed):
+    "An unseen client (`--new_clients`): its personalised model trained as the others' (`finish_client`) for `epochs` epochs."
+    return personalize_by_finish(self, data, cstate, cfg, epochs)

@@ -52,9 +52,13 @@ class FedData:
     x_val: torch.Tensor | None = None   # class-balanced global validation set (GM), drawn from the training images
     y_val: torch.Tensor | None = None
     val_idx: list | None = None         # per client: LongTensor of local validation indices into x_train (PM)
+    x_server: torch.Tensor | None = None   # class-balanced labelled set of the server (`server_per_class`), drawn from the training images
+    y_server: torch.Tensor | None = None
 
     @property
     def has_val(self) -> bool: return self.y_val is not None and len(self.y_val) > 0
+    @property
+    def has_server(self) -> bool: return self.y_server is not None and len(self.y_server) > 0
 
     @property
     def clients(self) -> int: return len(self.train_idx)
@@ -164,15 +168,16 @@ def plot_long_tail(self: FedData, ax=None):
     return ax
 
 # %% ../nbs/02b_data.ipynb #a46d89b2
-def balanced_holdout(y: torch.Tensor, per_class: int, seed: int, num_classes: int | None = None) -> torch.LongTensor:
+def balanced_holdout(y: torch.Tensor, per_class: int, seed: int, num_classes: int | None = None,
+                     purpose: str = 'for validation', flag: str = 'val_frac') -> torch.LongTensor:
     "`per_class` indices of every class of `y` (seeded, without replacement); a ValueError when a class has too few."
     C = int(y.max()) + 1 if num_classes is None else num_classes
     g = torch.Generator().manual_seed(seed); out = []
     for c in range(C):
         idx = torch.nonzero(y == c).flatten()
         if len(idx) <= per_class:
-            raise ValueError(f"class {c} has {len(idx)} training images, too few to hold out {per_class} for validation: "
-                             f"use a smaller val_frac")
+            raise ValueError(f"class {c} has {len(idx)} training images, too few to hold out {per_class} {purpose}: "
+                             f"use a smaller {flag}")
         out.append(idx[torch.randperm(len(idx), generator=g)[:per_class]])
     return torch.cat(out).sort().values
 
@@ -191,7 +196,7 @@ def stratified_holdout(parts: list, y: torch.Tensor, frac: float, seed: int) -> 
 
 # %% ../nbs/02b_data.ipynb #5f4e4581
 def _check_fed_args(dataset, imb_factor, alpha, clients, partition, seed, shot_rule, max_per_class, test_max_per_class,
-                    local_test_cap, val_frac, long_tail='global', client_sizes='balanced') -> tuple[str, int, int]:
+                    local_test_cap, val_frac, long_tail='global', client_sizes='balanced', server_per_class=0) -> tuple[str, int, int]:
     "Validate the arguments of `make_fed_data` before any data is loaded: (dataset key, seed, K)."
     key = dataset_key(dataset)
     check_imb_factor(imb_factor)
@@ -205,6 +210,7 @@ def _check_fed_args(dataset, imb_factor, alpha, clients, partition, seed, shot_r
     if local_test_cap not in ('scale', 'clip'): raise ValueError(f"local_test_cap must be 'scale' or 'clip', got {local_test_cap!r}")
     seed, K = int_arg(seed, 'seed'), int_arg(clients, 'clients (K)', 1)
     if not (0 <= float(val_frac) < 0.5): raise ValueError(f"val_frac={val_frac} is outside [0, 0.5): use e.g. --val_frac 0.1 (0 = no validation split)")
+    int_arg(server_per_class, 'server_per_class', 0)
     for v, nm in ((max_per_class, 'max_per_class'), (test_max_per_class, 'test_max_per_class')):
         if v is not None: int_arg(v, nm, 1)
     return key, seed, K
@@ -223,6 +229,12 @@ def _split_global_val(xtr, ytr, yte, val_frac, seed: int, C: int):
     hv = balanced_holdout(ytr, per, _stage_seed(seed, 'global_val'), C)
     rest = torch.ones(len(ytr), dtype=torch.bool); rest[hv] = False
     return xtr[hv], ytr[hv], xtr[rest], ytr[rest]
+def _split_server(xtr, ytr, per_class: int, seed: int, C: int):
+    "(x_server, y_server, x_train, y_train): `per_class` images of every class held out of the training images for the server (None, None with 0)."
+    if not per_class: return None, None, xtr, ytr
+    hs = balanced_holdout(ytr, int(per_class), _stage_seed(seed, 'server'), C, purpose='for the server', flag='server_per_class')
+    rest = torch.ones(len(ytr), dtype=torch.bool); rest[hs] = False
+    return xtr[hs], ytr[hs], xtr[rest], ytr[rest]
 
 # %% ../nbs/02b_data.ipynb #c444a62e
 def _long_tail_split(xtr, ytr, imb_factor, seed: int, C: int):
@@ -257,15 +269,17 @@ def _local_long_tail(xtr, ytr, parts, imb_factor, seed: int, C: int):
 # %% ../nbs/02b_data.ipynb #be38fcbb
 def make_fed_data(dataset='fmnist', imb_factor=100, alpha=0.5, clients=20, partition='dirichlet', classes_per_client=2,
                   min_size=None, seed=0, root=None, shot_rule='fedloge', max_per_class=None, test_max_per_class=None,
-                  local_test_cap='scale', dataset_kwargs=None, val_frac=0.0, long_tail='global', client_sizes='balanced') -> FedData:
+                  local_test_cap='scale', dataset_kwargs=None, val_frac=0.0, long_tail='global', client_sizes='balanced',
+                  server_per_class=0) -> FedData:
     "Build the Fed-LT split: long-tailed train subset, non-IID partition over `clients`, local test sets, shot groups."
     key, seed, K = _check_fed_args(dataset, imb_factor, alpha, clients, partition, seed, shot_rule, max_per_class,
-                                   test_max_per_class, local_test_cap, val_frac, long_tail, client_sizes)
+                                   test_max_per_class, local_test_cap, val_frac, long_tail, client_sizes, server_per_class)
     train, test = load_dataset(key, root, **(dataset_kwargs or {}))
     C = train.num_classes
     xtr, ytr = _cap_per_class(train.x, train.y, max_per_class, seed, 'train_subsample')
     xte, yte = _cap_per_class(test.x, test.y, test_max_per_class, seed, 'test_subsample')
     xva, yva, xtr, ytr = _split_global_val(xtr, ytr, yte, val_frac, seed, C)
+    xsv, ysv, xtr, ytr = _split_server(xtr, ytr, server_per_class, seed, C)      # the server's labelled set (none by default)
     if long_tail == 'global': xtr, ytr, class_counts = _long_tail_split(xtr, ytr, imb_factor, seed, C)
     parts, min_size = _split_clients(ytr, K, partition, alpha, min_size, classes_per_client, seed, C, client_sizes)
     if long_tail == 'local': xtr, ytr, parts, class_counts = _local_long_tail(xtr, ytr, parts, imb_factor, seed, C)
@@ -279,11 +293,12 @@ def make_fed_data(dataset='fmnist', imb_factor=100, alpha=0.5, clients=20, parti
                   classes_per_client=classes_per_client, min_size=min_size, seed=seed, root=None if root is None else str(root),
                   shot_rule=shot_rule, max_per_class=max_per_class, test_max_per_class=test_max_per_class,
                   local_test_cap=local_test_cap, dataset_kwargs=dict(dataset_kwargs or {}), val_frac=float(val_frac))
-    config.update({k: v for k, v, d in (('long_tail', long_tail, 'global'), ('client_sizes', client_sizes, 'balanced')) if v != d})  # recorded when not the default
+    config.update({k: v for k, v, d in (('long_tail', long_tail, 'global'), ('client_sizes', client_sizes, 'balanced'), ('server_per_class', server_per_class, 0)) if v != d})  # recorded when not the default
     return FedData(name=key, x_train=xtr, y_train=ytr, x_test=xte, y_test=yte, train_idx=parts, test_idx=tidx,
                    client_counts=cc, class_counts=class_counts, shots=shot_groups(class_counts, shot_rule),
                    shot_rule=shot_rule, num_classes=C, in_channels=xtr.shape[1], img_size=xtr.shape[-1],
-                   augment=DATASETS[key].augment, config=config, classes=train.classes, x_val=xva, y_val=yva, val_idx=vidx)
+                   augment=DATASETS[key].augment, config=config, classes=train.classes, x_val=xva, y_val=yva, val_idx=vidx,
+                   x_server=xsv, y_server=ysv)
 
 # %% ../nbs/02b_data.ipynb #15a4385b
 AUGMENTS = ('cifar', 'flip')

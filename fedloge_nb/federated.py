@@ -65,6 +65,7 @@ class FedConfig:
     straggler_min_epochs: int = 1      # a straggler does between this and local_epochs - 1 local epochs (uniform, drawn per round and client)
     long_tail: str = 'global'          # global (the long tail drawn over the whole training set, then split) or local (each client cut to its own)
     client_sizes: str = 'balanced'     # shard split: balanced (equal shares of each class) or unbalanced (random shares)
+    server_per_class: int = 0          # a class-balanced labelled set on the server: this many training images per class, held out before the long tail (FedIC; 0 = none)
     tensorboard: bool = False          # also log to TensorBoard under OUT/tb (GM, PM, loss, norms, per-client accuracy, hparams); needs the tensorboard extra
 
 # %% ../nbs/04_federated.ipynb #5e2cbffd
@@ -79,6 +80,7 @@ def validate(self: FedConfig) -> 'FedConfig':
     if not self.lr > 0: raise ValueError(f"lr={self.lr}: the learning rate must be > 0")
     if self.eval_every < 1 or self.ckpt_every < 1: raise ValueError("eval_every and ckpt_every must be >= 1")
     if not (0 <= self.val_frac < 0.5): raise ValueError(f"val_frac={self.val_frac} is outside [0, 0.5): use e.g. --val_frac 0.1 (0 = no validation split)")
+    if self.server_per_class < 0: raise ValueError(f"server_per_class={self.server_per_class}: need >= 0 (0 = no server set), e.g. --server_per_class 20")
     if self.post_epochs is not None and int(self.post_epochs) < 0: raise ValueError(f"post_epochs={self.post_epochs}: need >= 0 (or leave it unset for each method's own budget)")
     if self.last_k < 1: raise ValueError(f"last_k={self.last_k}: need at least 1 evaluation to average")
     if self.lr_schedule not in LR_SCHEDULES: raise ValueError(f"lr_schedule={self.lr_schedule!r}: use one of {', '.join(LR_SCHEDULES)}, e.g. --lr_schedule exp --lr_decay 0.99")
@@ -105,7 +107,7 @@ def data_args(self: FedConfig) -> dict:
                 partition=self.partition, classes_per_client=self.classes_per_client, min_size=self.min_size,
                 seed=self.seed if self.data_seed is None else self.data_seed, shot_rule=self.shot_rule,
                 max_per_class=self.max_per_class, test_max_per_class=self.test_max_per_class, val_frac=self.val_frac,
-                long_tail=self.long_tail, client_sizes=self.client_sizes)
+                long_tail=self.long_tail, client_sizes=self.client_sizes, server_per_class=self.server_per_class)
     if self.new_clients: a['clients'] = self.clients + self.new_clients          # the unseen clients come from the same split
     return a
 
@@ -114,7 +116,7 @@ def data_args(self: FedConfig) -> dict:
 def key(self: FedConfig) -> dict:
     "The config minus run-location fields: two runs with equal keys must give equal numbers."
     d = asdict(self); d.pop('device'); d.pop('eval_every'); d.pop('ckpt_every'); d.pop('last_k'); d.pop('tensorboard')
-    for k in ('val_frac', 'post_epochs', 'lr_decay', 'lr_schedule', 'lr_step', 'new_clients', 'drop_rate', 'straggler_rate', 'straggler_min_epochs', 'long_tail', 'client_sizes'):   # fields added later: absent at their default, so older keys still match
+    for k in ('val_frac', 'post_epochs', 'lr_decay', 'lr_schedule', 'lr_step', 'new_clients', 'drop_rate', 'straggler_rate', 'straggler_min_epochs', 'long_tail', 'client_sizes', 'server_per_class'):   # fields added later: absent at their default, so older keys still match
         if d[k] == getattr(FedConfig, k): d.pop(k)
     return json.loads(json.dumps(d))
 
@@ -522,7 +524,7 @@ METHOD_MODULES = ['fedloge_nb.fedloge', 'fedloge_nb.baselines', 'fedloge_nb.base
                   'fedloge_nb.feddyn', 'fedloge_nb.fedmmd',
                   'fedloge_nb.ccvr', 'fedloge_nb.fednh',
                   'fedloge_nb.creff', 'fedloge_nb.fedgrab', 'fedloge_nb.rucr',
-                  'fedloge_nb.fedyoyo', 'fedloge_nb.fedrela', 'fedloge_nb.fednpc']
+                  'fedloge_nb.fedyoyo', 'fedloge_nb.fedrela', 'fedloge_nb.fednpc', 'fedloge_nb.fedic']
 METHODS_ENV = 'FEDLOGE_NB_METHODS'
 
 def method_modules() -> list:

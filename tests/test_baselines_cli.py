@@ -21,8 +21,10 @@ NO_GM = {m for m in ALL if not METHODS[m].has_global}
 FAST_HP = {'fedloge': {'sse_steps': 50, 'sse_lr': 0.01},  # speed only: FedLoGe's default SSE-C optimisation takes 10k steps,
            'fedetf': {'p_iters': 2},                    # FedETF's personalisation 20 iterations,
            'fedloge+rela': {'sse_steps': 50, 'sse_lr': 0.01}, 'fedetf+rela': {'p_iters': 2},
-           'creff': {'feat_per_class': 20, 'crt_epochs': 20}}   # CReFF's classifier re-training 300 epochs every round
+           'creff': {'feat_per_class': 20, 'crt_epochs': 20},   # CReFF's classifier re-training 300 epochs every round,
+           'fedic': {'ft_steps': 5, 'calib_steps': 5, 'distill_steps': 5}}   # FedIC's three server stages 100 steps each
 MODEL = {'fedbn': 'resnet8'}                          # resume: FedBN's local BatchNorm state needs a model with BatchNorm
+DATA = {'fedic': {'server_per_class': 5}}             # FedIC distils on a class-balanced labelled server set
 TINY = ['--dataset', 'digits', '--imb_factor', '10', '--clients', '4', '--frac', '0.5', '--model', 'mlp',
         '--batch_size', '16', '--lr', '0.05', '--progress', 'false']
 BIN = Path(sys.executable).parent / 'fedloge_nb'
@@ -61,7 +63,8 @@ def hp_args(method):
 @pytest.mark.parametrize('method', ALL)
 def test_run_every_method(method, tmp_path, capsys):
     out = tmp_path / method
-    main(['run', '--method', method, *TINY, '--rounds', '2', '--eval_every', '1', '--out', str(out), *hp_args(method)])
+    data = [a for k, v in DATA.get(method, {}).items() for a in (f'--{k}', str(v))]
+    main(['run', '--method', method, *TINY, *data, '--rounds', '2', '--eval_every', '1', '--out', str(out), *hp_args(method)])
     s = json.loads((out / 'summary.json').read_text())
     assert s['method'] == method and s['rounds'] == 2
     assert (s['gm_acc'] is None) == (method in NO_GM)
@@ -72,13 +75,14 @@ def test_run_every_method(method, tmp_path, capsys):
     assert printed['method'] == method and ('gm_acc' in printed) == (method not in NO_GM)
 
 
+SERVER = ['--server_per_class', '5']                 # every method of the comparison gets the same split, FedIC's server set held out
 HP = ','.join(['fedprox.mu=0,fedlc.tau=0,tau_norm.tau=0,ditto.lam=1'] + [f'{m}.{k}={v}' for m, d in FAST_HP.items() for k, v in d.items()])
 
 
 def test_compare_all_methods(tmp_path, capsys):
     out = tmp_path / 'cmp'
     ms = ALL
-    main(['compare', '--methods', ','.join(ms), '--seeds', '0', *TINY, '--rounds', '1', '--out', str(out), '--hp', HP])
+    main(['compare', '--methods', ','.join(ms), '--seeds', '0', *TINY, *SERVER, '--rounds', '1', '--out', str(out), '--hp', HP])
     summ = {r['method']: r for r in csv.DictReader(open(out / 'summary.csv'))}
     assert set(summ) == set(ms) and all(r['n_seeds'] == '1' for r in summ.values())
     for m in ALL: assert (summ[m]['gm_acc'] == '') == (m in NO_GM), (m, summ[m]['gm_acc'])   # GM n/a exactly without a global model
@@ -92,7 +96,7 @@ def test_compare_all_methods(tmp_path, capsys):
     assert res['ditto']['gm_acc'] == res['fedavg']['gm_acc']              # Ditto's global model is FedAvg's
     # a second call resumes every finished cell instead of re-running it
     before = {m: cell(m).stat().st_mtime_ns for m in ms}
-    main(['compare', '--methods', ','.join(ms), '--seeds', '0', *TINY, '--rounds', '1', '--out', str(out), '--hp', HP])
+    main(['compare', '--methods', ','.join(ms), '--seeds', '0', *TINY, *SERVER, '--rounds', '1', '--out', str(out), '--hp', HP])
     assert before == {m: cell(m).stat().st_mtime_ns for m in ms}
 
 
@@ -120,7 +124,8 @@ class _Stop(Exception): pass
 @pytest.mark.parametrize('method', ALL)
 def test_interrupted_run_resumes_to_the_same_numbers(method, tmp_path):
     cfg = FedConfig(method=method, dataset='digits', imb_factor=10, clients=4, model=MODEL.get(method, 'mlp'), frac=0.5,
-                    rounds=3, batch_size=16, lr=0.05, eval_every=1, ckpt_every=1, device='cpu', hp=FAST_HP.get(method, {}))
+                    rounds=3, batch_size=16, lr=0.05, eval_every=1, ckpt_every=1, device='cpu', hp=FAST_HP.get(method, {}),
+                    **DATA.get(method, {}))
     full = run_fl(cfg, out=tmp_path / 'full', progress=False)
     algo = make_algorithm(cfg); calls = {'n': 0}; agg = algo.aggregate
     def dying(gstate, results):

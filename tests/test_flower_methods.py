@@ -1,5 +1,5 @@
 """The methods added beside the seeds' (FedDyn, FedMMD, FedRS, FedAwS, CCVR, FedNH; the field's CReFF, Fed-GraB, RUCR, FedYoYo,
-FedReLa on FedETF and on FedLoGe, FedNPC), the lr schedule and unreliable clients under Flower's message rounds: the engine's Flower strategy on `LocalGrid` (the ClientApp handlers called in process, no Ray) gives the numbers of
+FedReLa on FedETF and on FedLoGe, FedNPC, FedIC), the lr schedule and unreliable clients under Flower's message rounds: the engine's Flower strategy on `LocalGrid` (the ClientApp handlers called in process, no Ray) gives the numbers of
 the in-process engine, post-training stages included."""
 import math
 import pytest
@@ -12,8 +12,9 @@ CASES = [('feddyn', {}), ('fedmmd', {}), ('fedavg+rs', {}), ('scaffold+rs', {}),
          ('creff', {'match_steps': 3, 'crt_epochs': 3, 'feat_per_class': 10, 'real_repeats': 2}), ('fedgrab', {'dpa_round': 1}),
          ('rucr', {'crt_epochs': 3}), ('fedyoyo', {'warmup': 1}), ('fednpc', {'npc_epochs': 5, 'npc_samples': 500}),
          ('fedetf+rela', {'p_iters': 2}), ('fedloge+rela', {'sse_steps': 100}),
+         ('fedic', {'ft_steps': 5, 'calib_steps': 5, 'distill_steps': 5, 'server_per_class': 5}),
          ('fednova', {'drop_rate': 0.3, 'straggler_rate': 0.6, 'local_epochs': 3, 'straggler_min_epochs': 1})]
-RUN_FIELDS = {'lr_decay', 'drop_rate', 'straggler_rate', 'local_epochs', 'straggler_min_epochs'}   # FedConfig fields, not hyperparameters
+RUN_FIELDS = {'lr_decay', 'drop_rate', 'straggler_rate', 'local_epochs', 'straggler_min_epochs', 'server_per_class'}   # FedConfig fields, not hyperparameters
 
 
 def _cfg(method, extra):

@@ -7,11 +7,11 @@ from fedloge_nb.data import make_fed_data
 
 load_methods()
 TINY_HP = {'fedloge': dict(sse_steps=50, sse_lr=1e-2), 'fedrep': dict(head_epochs=1), 'fedloge+rela': dict(sse_steps=50, sse_lr=1e-2),
-           'creff': dict(feat_per_class=20, crt_epochs=20)}
+           'creff': dict(feat_per_class=20, crt_epochs=20), 'fedic': dict(ft_steps=5, calib_steps=5, distill_steps=5)}
 
 
 @pytest.fixture(scope='module')
-def fed(): return make_fed_data('digits', imb_factor=10, alpha=0.5, clients=3, seed=0, val_frac=0.1)
+def fed(): return make_fed_data('digits', imb_factor=10, alpha=0.5, clients=3, seed=0, val_frac=0.1, server_per_class=5)   # FedIC's server set
 
 
 def _cfg(method, hp=None, **kw):

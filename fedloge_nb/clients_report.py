@@ -9,7 +9,7 @@ import pandas as pd
 from .aggregate import read_rows, runs_frame, num, t_halfwidth, fmt_diff
 from .guards import save_png
 from .report import sweep_path
-from .federated import Algorithm, get_method, METHODS
+from .federated import Algorithm, get_method
 import fedloge_nb.commands  # noqa: F401  (registers every method)
 
 # %% auto #0
@@ -47,14 +47,16 @@ def _ms(s: pd.Series) -> str:
 def new_clients_table(rows, ref: str = 'fedloge') -> pd.DataFrame:
     "Per method: PM of trained and of unseen clients (mean ± std over seeds), unseen minus trained and `ref` minus it on unseen clients (paired, 95% interval)."
     pm, new = seed_values(rows, 'pm_acc'), seed_values(rows, 'pm_new_acc')
-    adapt = lambda m: 'its personalisation' if own_personalisation(m) else 'the generic model'
+    def adapt(m):
+        try: return 'its personalisation' if own_personalisation(m) else 'the generic model'
+        except ValueError: return '?'                                          # not a registered method
     out = []
     for (setting, m) in new.columns:
         g = paired(new[(setting, m)], pm[(setting, m)])
         r = paired(new[(setting, ref)], new[(setting, m)]) if (setting, ref) in new and m != ref else None
         out.append({'method': m, 'seeds': int(new[(setting, m)].notna().sum()), 'PM trained': _ms(pm[(setting, m)]),
                     'PM unseen': _ms(new[(setting, m)]), 'unseen - trained': _ci(g), f'{ref} - method (unseen)': _ci(r) if r else '',
-                    'adapts by': adapt(m) if m in METHODS else '?',
+                    'adapts by': adapt(m),
                     '_gap': g['mean'], '_gap_lo': g['lo'], '_gap_hi': g['hi'], '_ref': r})
     return pd.DataFrame(out)
 

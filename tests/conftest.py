@@ -38,16 +38,16 @@ def midway():
     return _midway
 
 
-GROUPS = {'test_flower.py': 'ray', 'test_flower_resilience.py': 'ray',      # one Ray simulation at a time (Ray's start-up under load)
-          'test_flower_deploy.py': 'deploy',                                # one SuperLink and its SuperNodes at a time
-          'test_docs.py': 'docs'}                                           # one site build
-# the longest first (seconds on an idle 2-core machine): two workers then end together instead of one waiting on a late long test
-FIRST = ('test_flower_deploy.py', 'test_docs.py', 'test_flower_resilience.py', 'test_wheel.py', 'test_flower.py', 'test_cli.py')
+# `make test` runs two pytest-xdist workers with `--dist loadfile`: a test file is one unit of work, run on one worker
+# (the Flower deployments one after another with their fixed ports, the docs tests on one site build). xdist's
+# `loadgroup` would group across files, but with pytest 9 its group marks no longer reach the node ids (xdist 3.8 writes
+# `item._nodeid`, which pytest 9 does not read), so it spreads a group's tests over both workers.
+# The longest files first (seconds on a 2-core machine): the two workers then end together instead of one waiting on a
+# long file collected late.
+FIRST = ('test_flower_deploy.py', 'test_cli.py', 'test_docs.py', 'test_wheel.py', 'test_flower_resilience.py', 'test_baselines_cli.py',
+         'test_flower.py', 'test_sweep.py')
 
 def pytest_collection_modifyitems(config, items):
-    "With pytest-xdist (`make test` runs two workers, `--dist loadgroup`): the long files first; Ray simulations one at a time, deployments one at a time, the docs tests on one site."
+    "The files of `FIRST` first, in that order (a stable sort: the order within a file is kept)."
     rank = lambda it: FIRST.index(Path(str(it.fspath)).name) if Path(str(it.fspath)).name in FIRST else len(FIRST)
-    items.sort(key=rank)                                                    # stable: the order within a file is kept
-    for item in items:
-        g = GROUPS.get(Path(str(item.fspath)).name)
-        if g: item.add_marker(pytest.mark.xdist_group(g))
+    items.sort(key=rank)

@@ -116,7 +116,7 @@ def site_pages(site: Path) -> list:
 # with equations would take about a minute more
 MATH_PAGES = ['nbs/00_etf.html', 'nbs/01_sse_c.html', 'nbs/06_fedloge.html']
 
-@pytest.fixture(scope='session')   # once per test worker: xdist may interleave other modules between these tests
+@pytest.fixture(scope='session')   # built once: `make test` runs a test file on one worker (--dist loadfile)
 def site(tmp_path_factory):
     out = tmp_path_factory.mktemp('docs')/'_site'
     subprocess.run([sys.executable, str(ROOT/'scripts'/'build_docs.py'), '--out', str(out), '--quiet'], check=True, timeout=300,

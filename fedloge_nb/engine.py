@@ -211,6 +211,7 @@ def _since(log: list, after: int) -> dict:
     rs = [r for r in log if r['round'] > after]
     return {k: sum(r[k] for r in rs) for k in ('clients_asked', 'clients_answered', 'clients_dropped', 'stragglers')}
 
+# %% ../nbs/04a_engine.ipynb #8b8cfc8d
 def run_fl(cfg: FedConfig, fed=None, out=None, resume: bool = False, progress: bool = True, algo: Algorithm | None = None) -> RunResult:
     "Train `cfg.method` on a federated dataset for `cfg.rounds` rounds and evaluate GM and PM (and the unseen clients' PM)."
     cfg = cfg.validate()

@@ -55,6 +55,7 @@ class RoundCounter(nn.Module):
         super().__init__()
         self.register_buffer('round', torch.zeros((), dtype=torch.long))
 
+# %% ../nbs/09e_fedrela.ipynb #f40dac60
 @register_plugin('rela')
 class ReLaPlugin(Plugin):
     "Plug-in: FedReLa's re-labelling (Hu et al., ICML 2026): from a round on, clients train their base method on labels re-allocated by the global model."

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch.func import functional_call
 from fastcore.basics import patch
 from .hparams import HP
-from .federated import Algorithm, ClientData, register, derive_seed, local_sgd, Plugin, register_plugin
+from .federated import Algorithm, ClientData, register, derive_seed, local_sgd, Plugin, register_plugin, personalize_by_finish
 from .evaluation import eval_mode, forward_batched
 from .models import CNN, MLP, CifarResNet, ResNet
 from .realign import mask_logits
@@ -136,6 +136,11 @@ def finish_rounds(self: ECLPlugin, cfg): return 1
 def finish_client(self: ECLPlugin, stage, d, cs, cfg, msg):
     "Phase II on a client with training data."
     return (cs if len(d) == 0 else {**cs, **self.phase2(d, cfg)}), {}
+
+@patch
+def personalize_new(self: ECLPlugin, data, cstate, cfg, epochs, seed):
+    "An unseen client (`--new_clients`): Phase II on its data at the budget `post_hp(epochs)`, that of the clients that trained."
+    return personalize_by_finish(self, data, cstate, cfg, epochs)
 
 # %% ../nbs/09b_ecl.ipynb #265a106b
 @patch

@@ -10,7 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from fastcore.basics import patch
 from .hparams import HP
-from .federated import Algorithm, FedAvg, ClientResult, register, local_sgd, derive_seed
+from .federated import Algorithm, FedAvg, ClientResult, register, local_sgd, derive_seed, personalize_by_finish
 from .evaluation import forward_batched
 from .baselines import with_masked, sub_state, prefixed, forward_with
 
@@ -250,3 +250,8 @@ def personal_logits(self: FedAFA, x, cstate, data):
     "PM: client k's classifier on the global features (`personal`) and the global model (`global`), each also masked."
     h = self.net.backbone(x); z = self.net.head(h); ps = sub_state(cstate, 'afa.head.')
     return with_masked({'personal': F.linear(h, ps['weight'], ps.get('bias')) if ps else z, 'global': z}, data.counts)
+
+@patch
+def personalize_new(self: FedAFA, data, cstate, cfg, epochs, seed):
+    "An unseen client (`--new_clients`): its personal classifier trained as the others' (`finish_client`) for `epochs` epochs."
+    return personalize_by_finish(self, data, cstate, cfg, epochs)

@@ -10,7 +10,7 @@ from fedloge_nb.data import make_fed_data
 
 BASE = dict(dataset='digits', imb_factor=10, alpha=0.5, clients=4, new_clients=2, post_epochs=3, model='mlp', frac=1.0,
             rounds=3, local_epochs=1, batch_size=16, lr=0.1, eval_every=3, device='cpu')
-OWN = ['fedloge', 'fedrep', 'fedper', 'fedrod', 'ditto', 'fedbabu', 'fedavg_ft', 'lg_fedavg', 'fedetf', 'fednh']
+OWN = ['fedloge', 'fedrep', 'fedper', 'fedrod', 'ditto', 'fedbabu', 'fedavg_ft', 'lg_fedavg', 'fedetf', 'fednh', 'ecl', 'fedafa']
 
 def trained(method, **kw):
     cfg = FedConfig(method=method, **{**BASE, **kw}, hp={'sse_steps': 100} if method == 'fedloge' else {})

@@ -11,11 +11,11 @@ import pandas as pd
 from .guards import save_png
 
 # %% auto #0
-__all__ = ['TEXT_COLS', 'TIME_COLS', 'DIAG_COLS', 'METRICS', 'METHOD_FAMILIES', 'num', 'mean_std', 'fmt_mean_std', 'fmt_values',
-           'read_rows', 'read_history', 'run_label', 'runs_frame', 'rounds_to_reach', 'is_metric', 'aggregate',
-           'summary_markdown', 'save_fig', 'metric_label', 'plot_bars', 'plot_sensitivity', 'method_styles',
-           'label_histories', 'plot_curves', 'stable', 'seed_table', 'select_best', 't_halfwidth', 'paired_diff',
-           'fmt_diff', 'paired_p', 'holm_adjust', 'selected_markdown']
+__all__ = ['TEXT_COLS', 'TIME_COLS', 'DIAG_COLS', 'CLIENT_COLS', 'METRICS', 'METHOD_FAMILIES', 'num', 'mean_std', 'fmt_mean_std',
+           'fmt_values', 'read_rows', 'read_history', 'run_label', 'runs_frame', 'rounds_to_reach', 'is_metric',
+           'aggregate', 'summary_markdown', 'save_fig', 'metric_label', 'plot_bars', 'plot_sensitivity',
+           'method_styles', 'label_histories', 'plot_curves', 'stable', 'seed_table', 'select_best', 't_halfwidth',
+           'paired_diff', 'fmt_diff', 'paired_p', 'holm_adjust', 'selected_markdown']
 
 # %% ../nbs/14b_aggregate.ipynb #a9e10001
 def num(v) -> float | None:
@@ -79,11 +79,13 @@ TIME_COLS = ('sec_per_round', 'train_time_s', 'finish_time_s')
 
 DIAG_COLS = ('phi_spearman', 'ft_lr_selected')
 
+CLIENT_COLS = ('updates_lost', 'straggler_updates', 'updates_answered')   # unreliable clients' counts (--drop_rate, --straggler_rate)
+
 METRICS = ['gm_acc', 'gm_many', 'gm_med', 'gm_few', 'pm_acc', 'sec_per_round']   # the default columns of a summary table
 
 def is_metric(k: str) -> bool:
-    "Is column `k` a metric (averaged over seeds): accuracies, validation, diagnostics, convergence rounds, times."
-    return ((k.startswith(('gm_', 'pm_', 'rounds_to_', 'val_', 'own_', 'psi_')) or k in TIME_COLS or k in DIAG_COLS)
+    "Is column `k` a metric (averaged over seeds): accuracies, validation, diagnostics, convergence rounds, times, unreliable clients' counts."
+    return ((k.startswith(('gm_', 'pm_', 'rounds_to_', 'val_', 'own_', 'psi_')) or k in TIME_COLS or k in DIAG_COLS or k in CLIENT_COLS)
             and not k.endswith('pm_clients'))
 
 def aggregate(rows) -> list:

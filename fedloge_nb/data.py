@@ -222,19 +222,22 @@ def _cap_per_class(x, y, max_per_class, seed: int, stage: str):
     i = per_class_subsample(y, max_per_class, _stage_seed(seed, stage)); return x[i], y[i]
 
 # %% ../nbs/02b_data.ipynb #b2a57e60
+def _take_out(xtr, ytr, idx):
+    "(x[idx], y[idx], the rest of x, the rest of y): the images `idx` held out of (xtr, ytr)."
+    rest = torch.ones(len(ytr), dtype=torch.bool); rest[idx] = False
+    return xtr[idx], ytr[idx], xtr[rest], ytr[rest]
+
 def _split_global_val(xtr, ytr, yte, val_frac, seed: int, C: int):
     "(x_val, y_val, x_train, y_train): a class-balanced global validation set held out of the raw training images (None, None without `val_frac`)."
     if not val_frac > 0: return None, None, xtr, ytr
     per = max(1, int(round(val_frac * int(torch.bincount(yte, minlength=C).min()))))
-    hv = balanced_holdout(ytr, per, _stage_seed(seed, 'global_val'), C)
-    rest = torch.ones(len(ytr), dtype=torch.bool); rest[hv] = False
-    return xtr[hv], ytr[hv], xtr[rest], ytr[rest]
+    return _take_out(xtr, ytr, balanced_holdout(ytr, per, _stage_seed(seed, 'global_val'), C))
+
 def _split_server(xtr, ytr, per_class: int, seed: int, C: int):
     "(x_server, y_server, x_train, y_train): `per_class` images of every class held out of the training images for the server (None, None with 0)."
     if not per_class: return None, None, xtr, ytr
-    hs = balanced_holdout(ytr, int(per_class), _stage_seed(seed, 'server'), C, purpose='for the server', flag='server_per_class')
-    rest = torch.ones(len(ytr), dtype=torch.bool); rest[hs] = False
-    return xtr[hs], ytr[hs], xtr[rest], ytr[rest]
+    return _take_out(xtr, ytr, balanced_holdout(ytr, int(per_class), _stage_seed(seed, 'server'), C,
+                                                purpose='for the server', flag='server_per_class'))
 
 # %% ../nbs/02b_data.ipynb #c444a62e
 def _long_tail_split(xtr, ytr, imb_factor, seed: int, C: int):

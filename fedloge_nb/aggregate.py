@@ -15,7 +15,7 @@ __all__ = ['TEXT_COLS', 'TIME_COLS', 'DIAG_COLS', 'CLIENT_COLS', 'METRICS', 'MET
            'fmt_values', 'read_rows', 'read_history', 'run_label', 'runs_frame', 'rounds_to_reach', 'is_metric',
            'aggregate', 'summary_markdown', 'save_fig', 'metric_label', 'plot_bars', 'plot_sensitivity',
            'method_styles', 'label_histories', 'plot_curves', 'stable', 'seed_table', 'select_best', 't_halfwidth',
-           'paired_diff', 'fmt_diff', 'paired_p', 'holm_adjust', 'selected_markdown']
+           'diff_interval', 'paired_diff', 'fmt_diff', 'paired_p', 'holm_adjust', 'selected_markdown']
 
 # %% ../nbs/14b_aggregate.ipynb #a9e10001
 def num(v) -> float | None:
@@ -229,11 +229,12 @@ def stable(r: dict, m: str, std: bool = False):
     k = f'{m}_lastk' if num(r.get(f'{m}_lastk')) is not None else m
     return num(r.get(f'{k}_std' if std else k))
 
-def seed_table(rows, metric: str, columns=('setting', 'label'), val_only: bool = False) -> pd.DataFrame:
-    "The `stable` value of `metric` of every finished run: a row per seed, a column per `columns` key (`val_only`: read no other column)."
+def seed_table(rows, metric: str, columns=('setting', 'label'), val_only: bool = False, final: bool = False) -> pd.DataFrame:
+    "The `stable` value of `metric` of every finished run: a row per seed, a column per `columns` key (`val_only`: read no other column; `final`: the final value, never the last-k mean)."
     df = runs_frame(rows)
     df = df[df['status'] == 'ok'].fillna({'setting': ''})
-    v = [stable({k: r.get(k) for k in (metric, f'{metric}_lastk')} if val_only else r, metric) for r in df.to_dict('records')]
+    keys = (metric,) if final else (metric, f'{metric}_lastk')
+    v = [stable({k: r.get(k) for k in keys} if val_only or final else r, metric) for r in df.to_dict('records')]
     df = df.assign(_v=np.array(v, dtype=float)).drop_duplicates(['seed', *columns], keep='last')
     return df.pivot(index='seed', columns=list(columns), values='_v') if len(df) else pd.DataFrame()
 
@@ -260,6 +261,15 @@ def t_halfwidth(sd, n: int, level: float = 0.95):
     from scipy.stats import t as student_t
     return float(student_t.ppf(0.5 + level / 2, n - 1)) * np.asarray(sd, dtype=float) / math.sqrt(n)
 
+def diff_interval(d) -> dict:
+    "n, mean, std and the 95% t-interval (lo, hi) of per-seed differences `d` (std, lo, hi None with fewer than 2)."
+    d = np.asarray(d, dtype=float)
+    out = dict(n=len(d), mean=float(d.mean()) if len(d) else None, std=None, lo=None, hi=None)
+    if len(d) > 1:
+        sd = float(d.std(ddof=1)); h = float(t_halfwidth(sd, len(d)))
+        out.update(std=sd, lo=out['mean'] - h, hi=out['mean'] + h)
+    return out
+
 def paired_diff(rows, a: str, b: str, metric: str, setting: str | None = None, b_metric: str | None = None) -> dict:
     "Per-seed differences metric(a) - b_metric(b) (default: the same metric) of two labels (`method[ variant]`) over the seeds both finished: mean, std, 95% t-interval."
     df = runs_frame(rows)
@@ -267,12 +277,7 @@ def paired_diff(rows, a: str, b: str, metric: str, setting: str | None = None, b
     col = lambda m, l: seed_table(df, m, ('label',)).get(l, pd.Series(dtype=float))
     both = pd.concat({'a': col(metric, a), 'b': col(b_metric or metric, b)}, axis=1).dropna()
     d = (both['a'] - both['b']).to_numpy(dtype=float)
-    out = dict(a=a, b=b, metric=metric, seeds=[int(s) for s in both.index], n=len(d), mean=float(d.mean()) if len(d) else None,
-               std=None, lo=None, hi=None, diffs=[float(x) for x in d])
-    if len(d) > 1:
-        sd = float(d.std(ddof=1)); h = float(t_halfwidth(sd, len(d)))
-        out.update(std=sd, lo=out['mean'] - h, hi=out['mean'] + h)
-    return out
+    return dict(a=a, b=b, metric=metric, seeds=[int(s) for s in both.index], **diff_interval(d), diffs=[float(x) for x in d])
 
 
 # %% ../nbs/14b_aggregate.ipynb #58cb0672

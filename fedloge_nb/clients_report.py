@@ -6,47 +6,32 @@
 from __future__ import annotations
 import numpy as np
 import pandas as pd
-from .aggregate import read_rows, runs_frame, num, t_halfwidth, fmt_diff
+from .aggregate import read_rows, seed_table, diff_interval, fmt_diff
 from .guards import save_png
 from .report import sweep_path
 from .federated import Algorithm, get_method
 import fedloge_nb.commands  # noqa: F401  (registers every method)
 
 # %% auto #0
-__all__ = ['seed_values', 'paired', 'own_personalisation', 'new_clients_table', 'plot_gaps', 'stragglers_table', 'plot_rates',
-           'sweep_rows']
+__all__ = ['paired', 'own_personalisation', 'new_clients_table', 'plot_gaps', 'stragglers_table', 'plot_rates', 'sweep_rows']
 
 # %% ../nbs/15d_clients.ipynb #e199c42c
-def seed_values(rows, metric: str, final: bool = True) -> pd.DataFrame:
-    "`metric` of every finished run: a row per seed, a column per (setting, method label); `final` False: its last-k mean where recorded."
-    df = runs_frame(rows)
-    df = df[df['status'] == 'ok'].fillna({'setting': ''})
-    col = metric if final or f'{metric}_lastk' not in df else f'{metric}_lastk'
-    if col not in df or not len(df): return pd.DataFrame()
-    v = df.assign(_v=pd.to_numeric(df[col], errors='coerce'))
-    return v.pivot_table(index='seed', columns=['setting', 'label'], values='_v', aggfunc='last')
-
 def paired(a: pd.Series, b: pd.Series) -> dict:
-    "Mean of a - b over the seeds both have, with its 95% t-interval (lo, hi None with fewer than 2 seeds)."
-    d = (a - b).dropna().to_numpy(dtype=float)
-    out = dict(n=len(d), mean=float(d.mean()) if len(d) else None, lo=None, hi=None)
-    if len(d) > 1:
-        h = float(t_halfwidth(d.std(ddof=1), len(d))); out.update(lo=out['mean'] - h, hi=out['mean'] + h)
-    return out
+    "Mean of a - b over the seeds both have, with its 95% t-interval (`diff_interval`; lo, hi None with fewer than 2 seeds)."
+    return diff_interval((a - b).dropna().to_numpy(dtype=float))
 
 # %% ../nbs/15d_clients.ipynb #93adc8cc
 def own_personalisation(method: str) -> bool:
     "Does `method` personalise an unseen client its own way (`personalize_new`), rather than serve its generic model?"
     return get_method(method).personalize_new is not Algorithm.personalize_new
 
-def _ci(d: dict) -> str: return fmt_diff(d)
 def _ms(s: pd.Series) -> str:
     s = s.dropna()
     return 'n/a' if not len(s) else f"{s.mean():.2f} ± {s.std(ddof=1):.2f}" if len(s) > 1 else f"{s.mean():.2f}"
 
 def new_clients_table(rows, ref: str = 'fedloge') -> pd.DataFrame:
     "Per method: PM of trained and of unseen clients (mean ± std over seeds), unseen minus trained and `ref` minus it on unseen clients (paired, 95% interval)."
-    pm, new = seed_values(rows, 'pm_acc'), seed_values(rows, 'pm_new_acc')
+    pm, new = seed_table(rows, 'pm_acc', final=True), seed_table(rows, 'pm_new_acc', final=True)
     def adapt(m):
         try: return 'its personalisation' if own_personalisation(m) else 'the generic model'
         except ValueError: return '?'                                          # not a registered method
@@ -55,7 +40,7 @@ def new_clients_table(rows, ref: str = 'fedloge') -> pd.DataFrame:
         g = paired(new[(setting, m)], pm[(setting, m)])
         r = paired(new[(setting, ref)], new[(setting, m)]) if (setting, ref) in new and m != ref else None
         out.append({'method': m, 'seeds': int(new[(setting, m)].notna().sum()), 'PM trained': _ms(pm[(setting, m)]),
-                    'PM unseen': _ms(new[(setting, m)]), 'unseen - trained': _ci(g), f'{ref} - method (unseen)': _ci(r) if r else '',
+                    'PM unseen': _ms(new[(setting, m)]), 'unseen - trained': fmt_diff(g), f'{ref} - method (unseen)': fmt_diff(r) if r else '',
                     'adapts by': adapt(m),
                     '_gap': g['mean'], '_gap_lo': g['lo'], '_gap_hi': g['hi'], '_ref': r})
     return pd.DataFrame(out)
@@ -82,7 +67,7 @@ def _rate(setting: str) -> float:
 
 def stragglers_table(rows, metric: str = 'gm_acc', base: str = 'fedavg', vs: str = 'fednova') -> pd.DataFrame:
     "Per method and straggler rate: `metric` (last-k, mean ± std), its change from rate 0 and `vs` minus `base` (paired by seed, 95% interval)."
-    t = seed_values(rows, metric, final=False)
+    t = seed_table(rows, metric)
     if t.empty: return pd.DataFrame()
     settings = sorted(dict.fromkeys(s for s, _ in t.columns), key=_rate)
     out = []
@@ -91,12 +76,10 @@ def stragglers_table(rows, metric: str = 'gm_acc', base: str = 'fedavg', vs: str
             if (s, m) not in t: continue
             d0 = paired(t[(s, m)], t[(settings[0], m)]) if (settings[0], m) in t and s != settings[0] else None
             v = paired(t[(s, vs)], t[(s, base)]) if m == vs and (s, base) in t else None
+            iv = diff_interval(t[(s, m)].dropna().to_numpy(dtype=float))          # the mean with its 95% interval, for the plot
             out.append({'rate': _rate(s), 'method': m, 'seeds': int(t[(s, m)].notna().sum()), metric: _ms(t[(s, m)]),
-                        'change from rate 0': _ci(d0) if d0 else '', f'{vs} - {base}': _ci(v) if v else '',
-                        '_mean': float(t[(s, m)].mean()), '_lo': None, '_hi': None,
-                        **({'_lo': float(t[(s, m)].mean() - t_halfwidth(t[(s, m)].std(ddof=1), t[(s, m)].notna().sum())),
-                            '_hi': float(t[(s, m)].mean() + t_halfwidth(t[(s, m)].std(ddof=1), t[(s, m)].notna().sum()))}
-                           if t[(s, m)].notna().sum() > 1 else {})})
+                        'change from rate 0': fmt_diff(d0) if d0 else '', f'{vs} - {base}': fmt_diff(v) if v else '',
+                        **{f'_{k}': iv[k] for k in ('mean', 'lo', 'hi')}})
     return pd.DataFrame(out)
 
 # %% ../nbs/15d_clients.ipynb #64a0fd34

@@ -43,13 +43,13 @@ def midway():
 
 
 # `make test` runs two pytest-xdist workers with `--dist loadfile`: a test file is one unit of work, run on one worker
-# (the Flower deployments one after another with their fixed ports, the docs tests on one site build). xdist's
+# (a file's Flower deployments one after another on their fixed ports, the docs tests on one site build). xdist's
 # `loadgroup` would group across files, but with pytest 9 its group marks no longer reach the node ids (xdist 3.8 writes
 # `item._nodeid`, which pytest 9 does not read), so it spreads a group's tests over both workers.
 # The longest files first (seconds on a 2-core machine): the two workers then end together instead of one waiting on a
 # long file collected late.
-FIRST = ('test_flower_deploy.py', 'test_cli.py', 'test_docs.py', 'test_wheel.py', 'test_flower_resilience.py', 'test_baselines_cli.py',
-         'test_flower.py', 'test_sweep.py')
+FIRST = ('test_wheel.py', 'test_flower_deploy.py', 'test_flower_resilience.py', 'test_docs.py', 'test_flower.py', 'test_cli.py',
+         'test_baselines_cli.py', 'test_sweep.py')
 
 def pytest_collection_modifyitems(config, items):
     "The files of `FIRST` first, in that order (a stable sort: the order within a file is kept)."

@@ -32,9 +32,9 @@ def test_run_fedavg_writes_results(tmp_path):
     cfg = json.loads((out / 'config.json').read_text())
     assert cfg['config']['method'] == 'fedavg' and cfg['config']['rounds'] == 4
 
-def test_run_fedloge_reports_all_modes(tmp_path):
+def test_run_fedloge_reports_all_modes(tmp_path, main_in_process):
     out = tmp_path / 'fedloge'
-    cli('run', '--method', 'fedloge', *TINY, '--rounds', '3', '--out', out, '--hp', 'sse_steps=200,sse_lr=0.01')
+    assert main_in_process('run', '--method', 'fedloge', *TINY, '--rounds', '3', '--out', out, '--hp', 'sse_steps=200,sse_lr=0.01')[0] == 0
     s = json.loads((out / 'summary.json').read_text())
     for k in ('gm_acc_sse_c', 'gm_acc_ga_fr', 'pm_acc_la_fr', 'pm_acc_la_fr_ref', 'gm_acc', 'pm_acc'): assert k in s, k
     assert s['gm_acc'] == s['gm_acc_ga_fr'] and s['pm_acc'] == s['pm_acc_la_fr']
@@ -46,11 +46,12 @@ def test_same_seed_same_numbers(tmp_path):
     strip = lambda s: {k: v for k, v in json.loads(s.splitlines()[-1]).items() if k != 'out'}
     assert strip(a) == strip(b)
 
-def test_kill_and_resume_equals_uninterrupted(tmp_path, kill_when):
-    # mlp on digits: ~0.1 s a round with a checkpoint each round, so the kill lands early in 40 rounds
+def test_kill_and_resume_equals_uninterrupted(tmp_path, kill_when, main_in_process):
+    # mlp on digits: ~0.1 s a round with a checkpoint each round, so the kill lands early in 40 rounds; the killed run is
+    # the console script, the uninterrupted and the resumed ones run in this process (one torch thread, as the script)
     args = ['run', '--method', 'fedloge', *TINY, '--rounds', '40', '--eval_every', '5', '--ckpt_every', '1',
             '--hp', 'sse_steps=200,sse_lr=0.01']
-    full = tmp_path / 'full'; cli(*args, '--out', full)
+    full = tmp_path / 'full'; assert main_in_process(*args, '--out', full)[0] == 0
     killed = tmp_path / 'killed'
     kill_when([BIN, *args, '--out', killed], lambda: (killed / 'checkpoint.pt').exists())
     assert not (killed / 'summary.json').exists(), "the run finished before it could be killed: make it longer"
@@ -58,7 +59,7 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path, kill_when):
     r = torch.load(killed / 'checkpoint.pt', weights_only=True)['round']
     assert 1 <= r < 40
     # a killed write may leave a *.tmp file beside checkpoint.pt; resuming never reads it
-    cli(*args, '--out', killed, '--resume', 'true')
+    assert main_in_process(*args, '--out', killed, '--resume', 'true')[0] == 0
     sf, sk = (json.loads((d / 'summary.json').read_text()) for d in (full, killed))
     assert metrics(sf) == metrics(sk)
     assert (full / 'history.csv').read_text().splitlines()[0] == (killed / 'history.csv').read_text().splitlines()[0]
@@ -88,11 +89,11 @@ def test_bad_inputs(tmp_path, args, msg, main_in_process):
     assert msg in se, se
     assert not (tmp_path / 'x' / 'summary.json').exists()
 
-def test_hp_help_lists_the_methods_hyperparameters(tmp_path):
-    p = cli('run', '--method', 'fedloge', '--hp', 'help', '--out', tmp_path / 'x')       # the table, nothing runs
-    assert '| `gamma` | float > 0 | `4.0` |' in p.stdout and '--hp' in p.stdout and not (tmp_path / 'x').exists(), p.stdout
-    p = cli('run', '--method', 'scaffold+ecl', '--hp', 'help')                          # a composed method: base and plug-in
-    assert '`eta_g`' in p.stdout and '`lws_epochs`' in p.stdout
+def test_hp_help_lists_the_methods_hyperparameters(tmp_path, main_in_process):
+    code, o, _ = main_in_process('run', '--method', 'fedloge', '--hp', 'help', '--out', tmp_path / 'x')   # the table, nothing runs
+    assert code == 0 and '| `gamma` | float > 0 | `4.0` |' in o and '--hp' in o and not (tmp_path / 'x').exists(), o
+    code, o, _ = main_in_process('run', '--method', 'scaffold+ecl', '--hp', 'help')               # a composed method: base and plug-in
+    assert code == 0 and '`eta_g`' in o and '`lws_epochs`' in o
 
 def test_bad_input_from_the_shell(tmp_path):
     p = cli('run', *TINY, '--frac', '0', '--rounds', '1', '--out', tmp_path / 'x', check=False)
@@ -128,17 +129,17 @@ def test_every_config_field_is_a_flag(tmp_path, main_in_process):
     assert [c['data_seed'] for c in cs] == [7, 7] and [c['seed'] for c in cs] == [0, 1]
 
 
-def test_killed_compare_resumes(tmp_path, kill_when, midway):
+def test_killed_compare_resumes(tmp_path, kill_when, midway, main_in_process):
     "compare runs through the sweep runner: after a SIGKILL, the same command keeps the finished runs, continues the cut one, and gives the numbers of an uninterrupted compare."
     args = ['compare', '--methods', 'fedavg,fedprox', '--seeds', '0,1', *TINY, '--rounds', '6', '--eval_every', '2', '--ckpt_every', '1',
             '--hp', 'mu=0.1']
-    full = tmp_path / 'full'; cli(*args, '--out', full)
+    full = tmp_path / 'full'; assert main_in_process(*args, '--out', full)[0] == 0     # uninterrupted, in this process
     out = tmp_path / 'killed'
     kill_when([BIN, *args, '--out', out], lambda: midway(out))
     done = {s: s.stat().st_mtime_ns for s in out.glob('*/summary.json')}
     assert 1 <= len(done) < 4, f"{len(done)} runs were done when compare was killed: make the runs longer"
-    r = cli(*args, '--out', out)
-    assert f'{len(done)} done, {4 - len(done)} to run now' in r.stderr, r.stderr
+    code, _, err = main_in_process(*args, '--out', out)
+    assert code == 0 and f'{len(done)} done, {4 - len(done)} to run now' in err, err
     assert {s: s.stat().st_mtime_ns for s in done} == done                # finished runs were not redone
     names = sorted(d.name for d in out.iterdir() if (d / 'summary.json').exists())
     assert names == sorted(d.name for d in full.iterdir() if (d / 'summary.json').exists()) and len(names) == 4

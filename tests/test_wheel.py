@@ -1,18 +1,21 @@
 """The package as a user gets it: the wheel built from this tree, installed with constraints.txt into a virtual environment
 of its own (no system site-packages, no editable install, no source tree on the path, run from another folder), then
-`fedloge_nb --help`, a 2-round `run`, a 1-round `run --backend flower` and a 1-round `deploy` with 2 SuperNodes.
+`fedloge_nb --help`, a 2-round `run`, a 1-round `run --backend flower` and a 2-round `deploy` with 2 SuperNodes that is
+killed after round 1 (every process, SIGKILL) and resumed to the numbers of the local run.
 
 Installing torch and Flower into a new environment downloads gigabytes (9 minutes on this machine), more than `make
 test` can spend. So the environment is made fresh once per constraints.txt and Python version, with nothing but
 `pip install WHEEL -c constraints.txt` (in `~/.cache/fedloge_nb/`, or `$FEDLOGE_NB_WHEEL_VENV`), and each later run
 replaces only fedloge_nb in it with the wheel it has just built, then checks with `pip check` that the wheel's
 declared requirements hold there. `FEDLOGE_NB_WHEEL_FRESH=1` builds a new environment every time (minutes)."""
-import hashlib, json, os, shutil, subprocess, sys, zipfile
+import csv, hashlib, json, os, re, shutil, signal, subprocess, sys, zipfile
 from pathlib import Path
 import pytest
+from procs import alive_with, start_deploy, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ['--dataset', 'digits', '--imb_factor', '10', '--clients', '2', '--frac', '1.0', '--model', 'mlp', '--batch_size', '16', '--seed', '1']
+FEDLOGE = ['--method', 'fedloge', *TINY, '--hp', 'sse_steps=100', '--rounds', '2', '--eval_every', '1', '--ckpt_every', '1']
 
 
 def _venv_dir() -> Path:
@@ -56,20 +59,40 @@ def installed(tmp_path_factory):
     return prepare(tmp_path_factory.mktemp('wheel'))
 
 
+def _rows(out):
+    with open(out / 'history.csv', newline='') as f: return list(csv.DictReader(f))
+
+
 def test_wheel_commands(installed):
-    "--help, a 2-round local run, a 1-round Flower simulation and a 1-round deployment with 2 SuperNodes, all from the installed wheel."
+    """--help, a 2-round local run, a 1-round Flower simulation, and a 2-round deployment with 2 SuperNodes killed after
+    round 1 (the command, SuperLink, SuperNodes, ServerApp: SIGKILL) then resumed, all from the installed wheel."""
+    from fedloge_nb.guards import load_checkpoint
     bin_, tmp, env = installed
     exe = bin_ / 'fedloge_nb'
     assert 'deploy' in _run([exe, '--help'], tmp, env)
     last = lambda out: json.loads(out.strip().splitlines()[-1])
-    loc = last(_run([exe, 'run', '--method', 'fedavg', *TINY, '--rounds', '2', '--out', tmp / 'local', '--progress', 'false'], tmp, env))
-    assert loc['method'] == 'fedavg' and (tmp / 'local' / 'summary.json').exists()
+    loc = last(_run([exe, 'run', *FEDLOGE, '--out', tmp / 'local', '--progress', 'false'], tmp, env))
+    assert loc['method'] == 'fedloge' and (tmp / 'local' / 'summary.json').exists()
     sim = last(_run([exe, 'run', '--method', 'fedavg', *TINY, '--rounds', '1', '--backend', 'flower', '--flower_workers', '1',
                      '--out', tmp / 'sim', '--progress', 'false'], tmp, env))
     one = last(_run([exe, 'run', '--method', 'fedavg', *TINY, '--rounds', '1', '--out', tmp / 'one', '--progress', 'false'], tmp, env))
     assert json.loads((tmp / 'sim' / 'summary.json').read_text())['backend'] == 'flower' and sim['pm_acc'] == one['pm_acc']
-    dep = last(_run([exe, 'deploy', '--method', 'fedavg', *TINY, '--rounds', '1', '--port', '19420', '--out', tmp / 'dep'], tmp, env))
-    assert dep['backend'] == 'flower-deployment' and dep['pm_acc'] == one['pm_acc'] and dep['gm_acc'] == one['gm_acc'], (dep, one)
+    dep, dep_args = tmp / 'dep', [exe, 'deploy', *FEDLOGE, '--out', tmp / 'dep']
+    p, _, home = start_deploy([*dep_args, '--port', '19420'], tmp, env)
+    try: wait_until(lambda: (dep / 'checkpoint.pt').exists(), p)
+    finally:
+        p.kill(); p.wait()
+        for pid in alive_with(f'FLWR_HOME={home}'.encode() + b'\0'): os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(home, ignore_errors=True)                     # the killed deployment's own folder (certificates, keys)
+    assert load_checkpoint(dep / 'checkpoint.pt')['round'] in (1, 2) and not (dep / 'summary.json').exists()
+    text = _run([*dep_args, '--port', '19440', '--resume', 'true'], tmp, env)
+    assert last(text)['backend'] == 'flower-deployment'
+    fl, lo = (json.loads((d / 'summary.json').read_text()) for d in (dep, tmp / 'local'))
+    keys = [k for k in lo if k.startswith(('gm_', 'pm_', 'phi_', 'psi_'))]
+    assert 'pm_acc' in keys and {k: fl[k] for k in keys} == {k: lo[k] for k in keys}
+    assert [r['pm_acc'] for r in _rows(dep)] == [r['pm_acc'] for r in _rows(tmp / 'local')] and len(_rows(dep)) == 2
+    home = re.search(r'FLWR_HOME=(\S+)', text).group(1)
+    assert not alive_with(f'FLWR_HOME={home}'.encode() + b'\0'), 'processes left behind'
 
 
 if __name__ == '__main__':                                           # `make wheel-env`: the environment made (or refreshed) ahead of the tests

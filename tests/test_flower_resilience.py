@@ -1,11 +1,11 @@
-"""A full disk under --out gives one line and leaves nothing half-written (local engine and Flower strategy); a Flower
-simulation killed mid-run resumes to the local engine's numbers; `fedloge_nb deploy` checks its flags without Flower."""
-import errno, json, os, signal, subprocess, sys, time, uuid
+"""A full disk under --out gives one line and leaves nothing half-written (local engine and Flower strategy); the Flower
+strategy's job killed mid-run resumes on Ray to the local engine's numbers; `fedloge_nb deploy` checks its flags without Flower."""
+import errno, json, os, signal, subprocess, sys
 from pathlib import Path
 import pytest
 from fedloge_nb.federated import FedConfig
 from fedloge_nb.engine import run_fl
-from fedloge_nb.guards import DiskFullError, load_checkpoint
+from fedloge_nb.guards import DiskFullError, load_checkpoint, save_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ['--method', 'fedloge', '--dataset', 'digits', '--imb_factor', '10', '--clients', '3', '--model', 'mlp', '--batch_size', '16',
@@ -69,29 +69,28 @@ def test_flower_app_folder_is_the_packaged_app():
     assert {n: (ROOT / 'flower_app' / n).read_text() for n in APP_FILES} == APP_FILES
 
 
-def test_simulation_killed_then_resumed_exactly(tmp_path):
-    "SIGKILL a Ray simulation (driver and Ray's processes) in round 3, after its clients saved their states and before the server aggregates (the last checkpoint: round 2); resume=True gives the local engine's numbers."
+def test_strategy_killed_then_resumed_exactly_on_ray(tmp_path):
+    """SIGKILL the Flower strategy's job in round 3, after its clients saved their states and before the server aggregates
+    (the last checkpoint: round 2), then resume it as a Ray simulation (`run_flower(resume=True)`): the local engine's
+    numbers. The killed job runs the same strategy and ClientApp handlers on `LocalGrid` in one process, with the client
+    states in OUT/client_state where a simulation keeps them: one Ray start fewer than killing a simulation (the
+    deployment's kill-and-resume, every process killed, is in tests/test_wheel.py)."""
     from fedloge_nb.flower_simulation import run_flower
-    out, tag, cfg = tmp_path / 's', uuid.uuid4().hex, _cfg(rounds=4, ckpt_every=2)
-    code = ("import json, os, signal; from fedloge_nb import flower_simulation as f; from fedloge_nb.federated import FedConfig\n"
+    out, cfg = tmp_path / 's', _cfg(rounds=4, ckpt_every=2)
+    code = ("import json, os, signal; from fedloge_nb import flower as f; from fedloge_nb.federated import FedConfig\n"
             "agg = f.EngineStrategy.aggregate_train\n"
-            "def die(self, rnd, replies):\n"            # the job kills its own process group at a chosen point: a run this fast
-            "    if rnd == 3: os.killpg(0, signal.SIGKILL)\n"   # leaves no time to aim from outside
+            "def die(self, rnd, replies):\n"            # the job kills itself at a chosen point: a run this fast leaves
+            "    if rnd == 3: os.kill(os.getpid(), signal.SIGKILL)\n"   # no time to aim from outside
             "    return agg(self, rnd, replies)\n"
             "f.EngineStrategy.aggregate_train = die\n"
-            f"f.run_flower(FedConfig(**json.loads({json.dumps(cfg.__dict__)!r})), out={str(out)!r}, workers=1, progress=False)")
-    env = {**os.environ, 'OMP_NUM_THREADS': '1', 'FEDLOGE_TEST_TAG': tag}
-    with open(tmp_path / 'stderr.txt', 'w') as err:            # a file, not a pipe: Ray's processes may hold it open after the kill
-        p = subprocess.Popen([sys.executable, '-c', code], cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=err)
-        try: p.wait(timeout=600)
-        finally:
-            if p.poll() is None: os.killpg(p.pid, signal.SIGKILL); p.wait()
-            for d in Path('/proc').iterdir():                            # Ray's processes that left the group: ours carry the tag
-                try:
-                    if d.name.isdigit() and f'FEDLOGE_TEST_TAG={tag}'.encode() in (d / 'environ').read_bytes(): os.kill(int(d.name), signal.SIGKILL)
-                except OSError: pass
-    assert p.returncode == -signal.SIGKILL, (tmp_path / 'stderr.txt').read_text()[-2000:]
+            f"cfg = FedConfig(**json.loads({json.dumps(cfg.__dict__)!r}))\n"
+            f"f.EngineStrategy(cfg, out={str(out)!r}, progress=False, state_dir={str(out / 'client_state')!r}).start(f.LocalGrid(cfg.clients))")
+    p = subprocess.run([sys.executable, '-c', code], cwd=ROOT, env={**os.environ, 'OMP_NUM_THREADS': '1'}, capture_output=True, text=True, timeout=600)
+    assert p.returncode == -signal.SIGKILL, p.stderr[-2000:]
     assert load_checkpoint(out / 'checkpoint.pt')['round'] == 2 and not (out / 'summary.json').exists()
+    assert any((out / 'client_state').rglob('r3.pt')), 'the clients saved round 3 before the kill'
+    ck = load_checkpoint(out / 'checkpoint.pt'); ck['history'][-1]['train_time_s'] = 12345.0
+    save_checkpoint(out / 'checkpoint.pt', ck)                         # a mark that only a resume carries into history.csv
     fl = run_flower(cfg, out=out, workers=1, progress=False, resume=True)
     loc = run_fl(cfg, progress=False)
     keys = [k for k in loc.summary if k.startswith(('gm_', 'pm_', 'phi_', 'psi_', 'client_acc'))]
@@ -99,3 +98,4 @@ def test_simulation_killed_then_resumed_exactly(tmp_path):
     import csv
     with open(out / 'history.csv', newline='') as f: rows = list(csv.DictReader(f))
     assert [float(r['pm_acc']) for r in rows] == [h['pm_acc'] for h in loc.history]
+    assert (rows[1]['round'], float(rows[1]['train_time_s'])) == ('2', 12345.0), rows[1]     # resumed, not started over

@@ -17,9 +17,9 @@ def metrics(summary):
     "Everything in a summary except wall-clock times."
     return {k: v for k, v in summary.items() if not k.endswith(('time_s', 'per_round'))}
 
-def test_help_lists_commands():
+def test_help_lists_commands(main_in_process):
     p = cli('--help'); assert 'run' in p.stdout and 'compare' in p.stdout
-    p = cli('nosuchcommand', check=False); assert p.returncode == 2 and 'unknown command' in p.stderr
+    code, _, err = main_in_process('nosuchcommand'); assert code == 2 and 'unknown command' in err, err
 
 def test_run_fedavg_writes_results(tmp_path):
     out = tmp_path / 'fedavg'

@@ -45,7 +45,7 @@ def no_times(r):
 def tiny(tmp_path):
     cfg = tmp_path / 'tiny.toml'; cfg.write_text(TINY); return cfg
 
-def test_kill_and_continue(tmp_path, tiny, kill_when, midway):
+def test_kill_and_continue(tmp_path, tiny, kill_when, midway, main_in_process):
     out = tmp_path / 'killed'
     kill_when([BIN, 'sweep', tiny, '--out', out, '--progress', 'false'], lambda: midway(out))   # one cell done, another part-way
     done = {s: s.stat().st_mtime_ns for s in out.glob('*/summary.json')}
@@ -70,12 +70,12 @@ def test_kill_and_continue(tmp_path, tiny, kill_when, midway):
     assert sorted(set(hist[['method', 'seed', 'round']].itertuples(index=False, name=None))) == [(m, s, r) for m in ('fedavg', 'fedprox') for s in (0, 1, 2) for r in (2, 4, 6)]
     for png in ('bars_gm_acc.png', 'bars_pm_acc.png', 'curves_digits_if10_a0.5.png'): assert (out / 'plots' / png).stat().st_size > 0
     # a killed and continued sweep gives the numbers of an uninterrupted one
-    full = tmp_path / 'full'
-    sweep(tiny, '--out', full, '--progress', 'false', '--plots', 'false')
+    full = tmp_path / 'full'                                            # uninterrupted, in this process (one torch thread)
+    assert main_in_process('sweep', tiny, '--out', full, '--progress', 'false', '--plots', 'false')[0] == 0
     assert [no_times(x) for x in rows(full / 'results.csv')] == [no_times(x) for x in res]
     # a third run trains nothing
-    r = sweep(tiny, '--out', out, '--progress', 'false')
-    assert f'{N_CELLS} done, 0 to run now' in r.stderr
+    code, _, err = main_in_process('sweep', tiny, '--out', out, '--progress', 'false')
+    assert code == 0 and f'{N_CELLS} done, 0 to run now' in err, err
     assert {s: s.stat().st_mtime_ns for s in done} == done
 
 def test_dry_run_only_max_cells(tmp_path, tiny, main_in_process):

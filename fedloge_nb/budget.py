@@ -236,15 +236,17 @@ def fedloge_diagnostics(exp: str, sweeps=None, variant: str = '') -> dict | None
 # %% ../nbs/15b_budget.ipynb #e5b00002
 def plot_psi_norms(exps=BUDGETS, sweeps=None, path=None):
     "psi's final and initial row norms against the global class counts (log), one full-width panel per budget (stacked), every finished FedLoGe gamma=1 seed."
-    import matplotlib.pyplot as plt
+    import json, matplotlib.pyplot as plt
     from fedloge_nb.federated import FedConfig
     from fedloge_nb.data import make_fed_data
     fig, axes = plt.subplots(len(exps), 1, figsize=(7.5, 3.3 * len(exps)), squeeze=False)
+    counts = {}                                                       # class counts per data config: budgets share their seeds' splits
     for ax, (exp, title) in zip(axes[:, 0], exps):
         cells = cell_summaries(exp, '*_fedloge_s[0-9]*', sweeps)
         for i, s in enumerate(cells):
-            cfg = FedConfig(**s['config'])
-            n = make_fed_data(**cfg.data_args()).class_counts.numpy()
+            args = FedConfig(**s['config']).data_args(); key = json.dumps(args, sort_keys=True, default=str)
+            if key not in counts: counts[key] = make_fed_data(**args).class_counts.numpy()
+            n = counts[key]
             ax.plot(n, s['psi_norms'], 'o-', color=f'C{i}', label=f"seed {s['seed']}: Spearman {s['psi_spearman']:.2f}")
             ax.plot(n, s['psi_norms0'], 'x:', color=f'C{i}', alpha=.5)
         ax.set_xscale('log'); ax.set_xlabel('global training count of the class'); ax.set_ylabel('row norm of psi')

@@ -1,18 +1,24 @@
-"""Process helpers of the deployment tests (tests/test_flower_deploy.py, tests/test_wheel.py): start `fedloge_nb deploy`
-and read its pids, wait for a condition, and find the processes a deployment left behind."""
-import re, subprocess, time
+"""Helpers of the deployment tests (tests/test_flower_deploy.py, tests/test_wheel.py): start `fedloge_nb deploy` and
+read its pids, wait for a condition, find the processes a deployment left behind, read a run's history.csv."""
+import csv, re, subprocess, time
 from pathlib import Path
 
 
-def alive_with(tag: bytes) -> list:
-    "Live (non-zombie) processes whose environment contains `tag`."
-    out = []
+def alive_in(home) -> list:
+    "Live (non-zombie) processes of the deployment whose private FLWR_HOME is `home` (every process it starts carries it)."
+    tag, out = f'FLWR_HOME={home}'.encode() + b'\0', []
     for d in Path('/proc').iterdir():
         if not d.name.isdigit(): continue
         try:
             if tag in (d / 'environ').read_bytes() and (d / 'stat').read_text().rsplit(')', 1)[1].split()[0] != 'Z': out.append(int(d.name))
         except OSError: pass
     return out
+
+
+def history_rows(out) -> list:
+    "The rows of OUT/history.csv ([] when there is none yet)."
+    if not (Path(out) / 'history.csv').exists(): return []
+    with open(Path(out) / 'history.csv', newline='') as f: return list(csv.DictReader(f))
 
 
 def start_deploy(argv, cwd, env):

@@ -9,7 +9,6 @@ import csv, dataclasses, json, os, subprocess, sys
 from pathlib import Path
 import pytest
 
-os.environ.setdefault('OMP_NUM_THREADS', '1')
 from fedloge_nb.cli import main
 import fedloge_nb
 from fedloge_nb.federated import FedConfig, get_method, make_algorithm, METHODS, KINDS, load_methods, METHOD_MODULES

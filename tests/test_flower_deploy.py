@@ -4,9 +4,9 @@ behind. A killed deployment resumed exactly runs from the installed wheel (tests
 `flwr-clientapp` process, Flower's default isolation: the runs are kept to a few rounds. The methods' message rounds
 are checked against the engine on `LocalGrid` in tests/test_flower_methods.py; the deployment adds nothing
 method-specific.)"""
-import csv, json, os, signal, subprocess, sys
+import json, os, signal, subprocess, sys
 from pathlib import Path
-from procs import alive_with, start_deploy, wait_until
+from procs import alive_in, history_rows, start_deploy, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ['--method', 'fedavg', '--dataset', 'digits', '--imb_factor', '10', '--clients', '2', '--frac', '1.0', '--model', 'mlp',
@@ -23,11 +23,6 @@ def _deploy(out, port, *args, env_extra=None, tiny=TINY):
     return start_deploy([sys.executable, 'scripts/flower_deploy.py', *tiny, '--port', str(port), '--out', str(out), *args], ROOT, env)
 
 
-def _rows(out):
-    if not (out / 'history.csv').exists(): return []
-    with open(out / 'history.csv', newline='') as f: return list(csv.DictReader(f))
-
-
 def test_lost_supernode_the_job_goes_on(tmp_path):
     "One of two SuperNodes killed after round 1: the job finishes with the other (and a user's HTTP(S) proxy is not in the way)."
     out = tmp_path / 'dep'
@@ -42,11 +37,11 @@ def test_lost_supernode_the_job_goes_on(tmp_path):
         if p.poll() is None: p.send_signal(signal.SIGTERM); p.wait(60)
     assert p.returncode == 0, (p.returncode, so, se)
     s = json.loads((out / 'summary.json').read_text())
-    rows = _rows(out)
+    rows = history_rows(out)
     assert [(int(r['round']), int(r['clients_asked']), int(r['clients_answered'])) for r in rows] == [(2, 2, 1)], rows
     assert s['client_failures'] and all(f['client'] == 0 and '1' not in f['what'] for f in s['client_failures']), s['client_failures']
     assert s['pm_clients'] == 1 and json.loads(so.strip().splitlines()[-1])['backend'] == 'flower-deployment'
-    assert not alive_with(f'FLWR_HOME={home}'.encode() + b'\0'), 'processes left behind'
+    assert not alive_in(home), 'processes left behind'
 
 
 def test_unregistered_supernode_is_refused(tmp_path):
@@ -62,4 +57,4 @@ def test_unregistered_supernode_is_refused(tmp_path):
         assert code == 0 and good.poll() is None, text
         assert [n['status'] for n in json.loads(text[text.index('{'):])['nodes']] == ['online'], text   # the registered one only
     finally: dep.stop()
-    assert not alive_with(f'FLWR_HOME={dep.home}'.encode() + b'\0')
+    assert not alive_in(dep.home)

@@ -8,10 +8,10 @@ test` can spend. So the environment is made fresh once per constraints.txt and P
 `pip install WHEEL -c constraints.txt` (in `~/.cache/fedloge_nb/`, or `$FEDLOGE_NB_WHEEL_VENV`), and each later run
 replaces only fedloge_nb in it with the wheel it has just built, then checks with `pip check` that the wheel's
 declared requirements hold there. `FEDLOGE_NB_WHEEL_FRESH=1` builds a new environment every time (minutes)."""
-import csv, hashlib, json, os, re, shutil, signal, subprocess, sys, zipfile
+import hashlib, json, os, re, shutil, signal, subprocess, sys, zipfile
 from pathlib import Path
 import pytest
-from procs import alive_with, start_deploy, wait_until
+from procs import alive_in, history_rows, start_deploy, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ['--dataset', 'digits', '--imb_factor', '10', '--clients', '2', '--frac', '1.0', '--model', 'mlp', '--batch_size', '16', '--seed', '1']
@@ -59,10 +59,6 @@ def installed(tmp_path_factory):
     return prepare(tmp_path_factory.mktemp('wheel'))
 
 
-def _rows(out):
-    with open(out / 'history.csv', newline='') as f: return list(csv.DictReader(f))
-
-
 def test_wheel_commands(installed):
     """--help, a 2-round local run, a 1-round Flower simulation, and a 2-round deployment with 2 SuperNodes killed after
     round 1 (the command, SuperLink, SuperNodes, ServerApp: SIGKILL) then resumed, all from the installed wheel."""
@@ -82,7 +78,7 @@ def test_wheel_commands(installed):
     try: wait_until(lambda: (dep / 'checkpoint.pt').exists(), p)
     finally:
         p.kill(); p.wait()
-        for pid in alive_with(f'FLWR_HOME={home}'.encode() + b'\0'): os.kill(pid, signal.SIGKILL)
+        for pid in alive_in(home): os.kill(pid, signal.SIGKILL)
         shutil.rmtree(home, ignore_errors=True)                     # the killed deployment's own folder (certificates, keys)
     assert load_checkpoint(dep / 'checkpoint.pt')['round'] in (1, 2) and not (dep / 'summary.json').exists()
     text = _run([*dep_args, '--port', '19440', '--resume', 'true'], tmp, env)
@@ -90,9 +86,10 @@ def test_wheel_commands(installed):
     fl, lo = (json.loads((d / 'summary.json').read_text()) for d in (dep, tmp / 'local'))
     keys = [k for k in lo if k.startswith(('gm_', 'pm_', 'phi_', 'psi_'))]
     assert 'pm_acc' in keys and {k: fl[k] for k in keys} == {k: lo[k] for k in keys}
-    assert [r['pm_acc'] for r in _rows(dep)] == [r['pm_acc'] for r in _rows(tmp / 'local')] and len(_rows(dep)) == 1
+    rows = history_rows(dep)
+    assert [r['pm_acc'] for r in rows] == [r['pm_acc'] for r in history_rows(tmp / 'local')] and len(rows) == 1
     home = re.search(r'FLWR_HOME=(\S+)', text).group(1)
-    assert not alive_with(f'FLWR_HOME={home}'.encode() + b'\0'), 'processes left behind'
+    assert not alive_in(home), 'processes left behind'
 
 
 if __name__ == '__main__':                                           # `make wheel-env`: the environment made (or refreshed) ahead of the tests

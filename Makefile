@@ -41,7 +41,8 @@ docs-deps:
 	fi
 
 # the environment tests/test_wheel.py installs the built wheel into (constraints.txt, no source tree): made once per
-# constraints.txt and Python version in ~/.cache/fedloge_nb (minutes: torch and Flower downloaded), refreshed in seconds after that
+# constraints.txt and Python version in ~/.cache/fedloge_nb (minutes: torch and Flower downloaded), part of the set-up;
+# the test itself builds this tree's wheel and installs it there (seconds)
 wheel-env: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python tests/test_wheel.py
 

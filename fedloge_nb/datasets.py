@@ -127,13 +127,23 @@ def _save_cache(path, name, train: ArrayData, test: ArrayData):
     d['check'] = {k: _checksum(d[k]) for k in _SPLITS}
     atomic_write(path, lambda f: torch.save(d, f))
 
+_VERIFIED = {}   # cache files whose checksums this process has verified: resolved path -> (inode, size, mtime_ns, checks)
+
+def _file_version(path) -> tuple:
+    "(inode, size, mtime_ns) of `path`: an atomic rewrite, or any write, changes it."
+    st = Path(path).stat()
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
 def _load_cache(path, name) -> tuple[ArrayData, ArrayData]:
-    "Read and verify a cache file; raise ValueError on any mismatch."
+    "Read and verify a cache file (checksums once per process and file version); raise ValueError on any mismatch."
+    key, ver = str(Path(path).resolve()), _file_version(path)
     d = torch.load(path, weights_only=True, map_location='cpu')
     if not isinstance(d, dict) or d.get('version') != CACHE_VERSION or d.get('name') != name:
         raise ValueError(f"not a version-{CACHE_VERSION} cache of {name!r}")
-    for k in _SPLITS:
-        if _checksum(d[k]) != d['check'][k]: raise ValueError(f"checksum mismatch in {k}")
+    if _VERIFIED.get(key) != (*ver, str(d['check'])):
+        for k in _SPLITS:
+            if _checksum(d[k]) != d['check'][k]: raise ValueError(f"checksum mismatch in {k}")
+        _VERIFIED[key] = (*ver, str(d['check']))
     return (ArrayData(d['x_train'], d['y_train'], d['classes'], d['mean'], d['std']),
             ArrayData(d['x_test'], d['y_test'], d['classes'], d['mean'], d['std']))
 

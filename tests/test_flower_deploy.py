@@ -1,6 +1,6 @@
 """Flower deployments on this machine (`fedloge_nb deploy` via scripts/flower_deploy.py), stock `flower-superlink` /
-`flower-supernode` / `flwr` processes: TLS and authenticated SuperNodes, a lost SuperNode survived, and no process left
-behind. A killed deployment resumed exactly runs from the installed wheel (tests/test_wheel.py). (Each message starts a
+`flower-supernode` / `flwr` processes: TLS and authenticated SuperNodes (a stranger refused), a lost SuperNode survived,
+and no process left behind. A killed deployment resumed exactly runs from the installed wheel (tests/test_wheel.py). (Each message starts a
 `flwr-clientapp` process, Flower's default isolation: the runs are kept to a few rounds. The methods' message rounds
 are checked against the engine on `LocalGrid` in tests/test_flower_methods.py; the deployment adds nothing
 method-specific.)"""
@@ -24,12 +24,22 @@ def _deploy(out, port, *args, env_extra=None, tiny=TINY):
 
 
 def test_lost_supernode_the_job_goes_on(tmp_path):
-    "One of two SuperNodes killed after round 1: the job finishes with the other (and a user's HTTP(S) proxy is not in the way)."
+    """One of two SuperNodes killed after round 1: the job finishes with the other (and a user's HTTP(S) proxy is not in
+    the way). Meanwhile a stranger, a SuperNode with the deployment's CA but a key the SuperLink does not know, is refused
+    (TLS + SuperNode authentication), while the two registered ones train."""
+    from fedloge_nb.flower_deploy import make_node_key
     out = tmp_path / 'dep'
     # evaluated once, at the end; --timeout: how long the ServerApp waits for the dead node's reply, which must leave room
     # for the live nodes' ClientApp processes on a busy machine (at 30 s the test failed beside two sweep workers)
     p, pids, home = _deploy(out, 19300, '--rounds', '2', '--eval_every', '2', '--ckpt_every', '1', '--timeout', '60', env_extra=DEAD_PROXY)
     try:
+        key, _ = make_node_key(tmp_path / 'stranger', 'stranger')        # never registered with the SuperLink
+        log = tmp_path / 'stranger.log'
+        with open(log, 'w') as f:
+            stranger = subprocess.Popen([Path(sys.executable).parent / 'flower-supernode', '--root-certificates', Path(home) / 'certs' / 'ca.crt',
+                                         '--auth-supernode-private-key', key, '--superlink', '127.0.0.1:19300', '--port', '19390'],
+                                        stdout=f, stderr=subprocess.STDOUT, env={**os.environ, 'FLWR_HOME': home, 'PATH': f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"})
+        assert stranger.wait(timeout=240) != 0 and 'Failed to activate SuperNode' in log.read_text(), log.read_text()[-2000:]
         wait_until(lambda: (out / 'checkpoint.pt').exists(), p)           # round 1 done (with both clients: no failure recorded)
         os.kill(pids[1], signal.SIGKILL)                             # the SuperNode of client 0 dies mid-run
         so, se = p.communicate(timeout=600)
@@ -42,19 +52,3 @@ def test_lost_supernode_the_job_goes_on(tmp_path):
     assert s['client_failures'] and all(f['client'] == 0 and '1' not in f['what'] for f in s['client_failures']), s['client_failures']
     assert s['pm_clients'] == 1 and json.loads(so.strip().splitlines()[-1])['backend'] == 'flower-deployment'
     assert not alive_in(home), 'processes left behind'
-
-
-def test_unregistered_supernode_is_refused(tmp_path):
-    "TLS + SuperNode authentication: a node whose key the SuperLink does not know is refused; a registered one connects."
-    from fedloge_nb.flower_deploy import Deployment
-    dep = Deployment(2, 19360, tmp_path / 'logs')
-    try:
-        dep.start_superlink()
-        good, stranger = dep.start_supernode(0), dep.start_supernode(1, register=False)
-        stranger.wait(timeout=240)
-        assert stranger.returncode != 0 and 'Failed to activate SuperNode' in (tmp_path / 'logs' / 'supernode_1.log').read_text()
-        code, text = dep.flwr('supernode', 'ls', 'deploy', '--format', 'json')
-        assert code == 0 and good.poll() is None, text
-        assert [n['status'] for n in json.loads(text[text.index('{'):])['nodes']] == ['online'], text   # the registered one only
-    finally: dep.stop()
-    assert not alive_in(dep.home)

@@ -92,6 +92,8 @@ def test_wheel_commands(installed):
     assert not alive_in(home), 'processes left behind'
 
 
-if __name__ == '__main__':                                           # `make wheel-env`: the environment made (or refreshed) ahead of the tests
-    import tempfile
-    print(f"fedloge_nb wheel environment: {prepare(Path(tempfile.mkdtemp()))[0].parent}")
+if __name__ == '__main__':                                           # `make wheel-env`: the environment made ahead of the tests, when missing
+    import tempfile                                                  # (the test itself builds this tree's wheel and puts it in place)
+    venv = _venv_dir()
+    if (venv / '.complete').exists() and not os.environ.get('FEDLOGE_NB_WHEEL_FRESH'): print(f"fedloge_nb wheel environment: {venv} (made)")
+    else: print(f"fedloge_nb wheel environment: {prepare(Path(tempfile.mkdtemp()))[0].parent}")

@@ -51,10 +51,11 @@ test: setup docs-deps wheel-env test-nbs test-py
 test-nbs:
 	cd nbs && OMP_NUM_THREADS=1 ../$(BIN)/nbdev_test --n_workers 2 --timing
 
-# two pytest workers (pytest-xdist), a test file per unit of work (conftest.py), one torch thread each (two threads per worker
-# on two cores made the in-process tests up to 10x slower); exit code 5 (no tests collected) is a failure here, not a pass
+# two pytest workers (pytest-xdist), a test file per unit of work, the longest files first (conftest.py's order, which
+# xdist keeps only with --no-loadscope-reorder), one torch thread each (two threads per worker on two cores made the
+# in-process tests up to 10x slower); exit code 5 (no tests collected) is a failure here, not a pass
 test-py:
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=10 tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=10 tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
 
 # long experiments hidden behind the `slow` flag
 slow: setup

@@ -22,12 +22,14 @@ def _ray_did_not_start(e: BaseException) -> bool:
     return False
 
 def run_flower(cfg, fed=None, out=None, workers: int = 2, progress: bool = True, timeout: float | None = 600.0,
-               resume: bool = False, min_clients: float = 1, tries: int = 3):
-    "Run `cfg` on Flower's simulation engine (`run_simulation`, Ray backend, `workers` actors, one virtual SuperNode per client); returns the summary (a list of configs: one Ray start, a list of summaries)."
+               resume: bool | list = False, min_clients: float = 1, tries: int = 3):
+    "Run `cfg` on Flower's simulation engine (`run_simulation`, Ray backend, `workers` actors, one virtual SuperNode per client); returns the summary (a list of configs: one Ray start, a list of summaries; `resume` one flag for all or one per config)."
     if int(workers) < 1: raise ValueError(f"--flower_workers {workers}: need at least 1 Ray actor")
     many = isinstance(cfg, (list, tuple))
     cfgs, outs = (list(cfg), list(out or [None] * len(cfg))) if many else ([cfg], [out])
     if len({c.clients for c in cfgs}) != 1: raise ValueError("configs run in one simulation must have the same number of clients")
+    resumes = list(resume) if isinstance(resume, (list, tuple)) else [resume] * len(cfgs)
+    if len(resumes) != len(cfgs): raise ValueError(f"resume has {len(resumes)} flags for {len(cfgs)} configs: give one flag, or one per config")
     for c in cfgs: check_device(c.device)
     quiet_flower()
     from flwr.serverapp import ServerApp
@@ -39,8 +41,8 @@ def run_flower(cfg, fed=None, out=None, workers: int = 2, progress: bool = True,
     import threading
     for attempt in range(1, tries + 1):
         stopped = threading.Event()                                  # set when Flower's runtime ended: the ServerApp thread stops waiting
-        strategies = [EngineStrategy(c, fed, o, progress, timeout, resume=resume, min_clients=min_clients,
-                                     state_dir=None if o is None else Path(o).absolute()/'client_state') for c, o in zip(cfgs, outs)]
+        strategies = [EngineStrategy(c, fed, o, progress, timeout, resume=r, min_clients=min_clients,
+                                     state_dir=None if o is None else Path(o).absolute()/'client_state') for c, o, r in zip(cfgs, outs, resumes)]
         for s in strategies: s.poll, s.ahead, s.cancel = 0.1, True, stopped   # replies in memory: pull often; actors build before round 1
         box, server_app = {}, ServerApp()
         @server_app.main()

@@ -46,10 +46,12 @@ def midway():
 # (a file's Flower deployments one after another on their fixed ports, the docs tests on one site build). xdist's
 # `loadgroup` would group across files, but with pytest 9 its group marks no longer reach the node ids (xdist 3.8 writes
 # `item._nodeid`, which pytest 9 does not read), so it spreads a group's tests over both workers.
-# The longest files first (seconds on a 2-core machine): the two workers then end together instead of one waiting on a
-# long file collected late.
-FIRST = ('test_wheel.py', 'test_flower_deploy.py', 'test_flower_resilience.py', 'test_docs.py', 'test_flower.py', 'test_cli.py',
-         'test_baselines_cli.py', 'test_sweep.py')
+# The longest files first (seconds of one worker, idle 2-core machine, 2026-11-27): the two workers then end together
+# instead of one waiting on a long file taken last. xdist queues the files in this order only with
+# `--no-loadscope-reorder` (`make test-py` passes it); by default it queues them by their number of tests, which put
+# the two one-test deployment files (169 s and 115 s) last, on one worker, while the other sat idle for 276 s.
+FIRST = ('test_wheel.py', 'test_flower_deploy.py', 'test_docs.py', 'test_baselines_cli.py', 'test_flower.py', 'test_cli.py',
+         'test_sweep.py', 'test_scripts.py', 'test_flower_resilience.py')
 
 def pytest_collection_modifyitems(config, items):
     "The files of `FIRST` first, in that order (a stable sort: the order within a file is kept)."

@@ -1,5 +1,7 @@
-"""Flower backend: the same GM/PM numbers as the in-process engine (one Ray simulation for three methods), and the CLI's input checks."""
-import csv, json, math
+"""Flower backend: the same GM/PM numbers as the in-process engine (one Ray simulation for three methods and a killed
+job resumed), and the CLI's input checks."""
+import csv, dataclasses, json, math, os, signal, subprocess, sys
+from pathlib import Path
 import pytest
 from fedloge_nb.federated import FedConfig
 from fedloge_nb.engine import run_fl
@@ -17,11 +19,39 @@ def _cfg(method):
 def _same(a, b): return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
 
 
+def _kill_in_round_3(cfg, out):
+    """Run `cfg`'s Flower strategy job on `LocalGrid` (the same strategy and ClientApp handlers in one process, the client
+    states in OUT/client_state where a simulation keeps them) and SIGKILL it in round 3, after its clients saved their
+    states and before the server aggregates (the last checkpoint: round 2). A run this fast leaves no time to aim from
+    outside, so the job kills itself at the chosen point."""
+    code = ("import json, os, signal; from fedloge_nb import flower as f; from fedloge_nb.federated import FedConfig\n"
+            "agg = f.EngineStrategy.aggregate_train\n"
+            "def die(self, rnd, replies):\n"
+            "    if rnd == 3: os.kill(os.getpid(), signal.SIGKILL)\n"
+            "    return agg(self, rnd, replies)\n"
+            "f.EngineStrategy.aggregate_train = die\n"
+            f"cfg = FedConfig(**json.loads({json.dumps(cfg.__dict__)!r}))\n"
+            f"f.EngineStrategy(cfg, out={str(out)!r}, progress=False, state_dir={str(out / 'client_state')!r}).start(f.LocalGrid(cfg.clients))")
+    p = subprocess.run([sys.executable, '-c', code], cwd=Path(__file__).resolve().parent.parent, env={**os.environ, 'OMP_NUM_THREADS': '1'},
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == -signal.SIGKILL, p.stderr[-2000:]
+
+
 def test_flower_simulation_equals_local_engine(tmp_path):
+    """Three methods in one Ray simulation give the local engine's numbers; in the same simulation, a FedLoGe job killed
+    in round 3 (SIGKILL, see `_kill_in_round_3`) resumes from its round-2 checkpoint (`resume=[..., True]`) to the
+    numbers of an uninterrupted run."""
+    from fedloge_nb.guards import load_checkpoint, save_checkpoint
     cfgs = [_cfg(m) for m in METHODS]
+    rcfg, rout = dataclasses.replace(_cfg('fedloge'), seed=0, eval_every=1, ckpt_every=2), tmp_path / 'resumed'
+    _kill_in_round_3(rcfg, rout)
+    assert load_checkpoint(rout / 'checkpoint.pt')['round'] == 2 and not (rout / 'summary.json').exists()
+    assert any((rout / 'client_state').rglob('r3.pt')), 'the clients saved round 3 before the kill'
+    ck = load_checkpoint(rout / 'checkpoint.pt'); ck['history'][-1]['train_time_s'] = 12345.0
+    save_checkpoint(rout / 'checkpoint.pt', ck)                        # a mark that only a resume carries into history.csv
     local = [run_fl(c, progress=False) for c in cfgs]
     outs = [tmp_path / m for m in METHODS]
-    flower = run_flower(cfgs, out=outs, workers=2, progress=False)
+    *flower, resumed = run_flower([*cfgs, rcfg], out=[*outs, rout], workers=2, progress=False, resume=[False] * len(cfgs) + [True])
     for m, loc, fl, out in zip(METHODS, local, flower, outs):
         keys = [k for k in loc.summary if k.startswith(('gm_', 'pm_', 'val_', 'phi_', 'psi_')) or k == 'client_acc']
         assert len(keys) >= 8 and 'pm_acc' in keys and 'gm_acc' in keys, (m, keys)
@@ -33,6 +63,12 @@ def test_flower_simulation_equals_local_engine(tmp_path):
         assert [float(r['pm_acc']) for r in rows] == [h['pm_acc'] for h in loc.history]
         assert all(int(r['clients_answered']) == int(r['clients_asked']) == 3 for r in rows)     # frac 0.6 of 5, nobody lost
     assert local[0].summary['pm_acc'] != local[1].summary['pm_acc']      # the methods really differ: equality above is not trivial
+    loc = run_fl(rcfg, progress=False)                                   # the killed job, uninterrupted
+    keys = [k for k in loc.summary if k.startswith(('gm_', 'pm_', 'phi_', 'psi_', 'client_acc'))]
+    assert {k: resumed[k] for k in keys} == {k: loc.summary[k] for k in keys}
+    with open(rout / 'history.csv', newline='') as f: rows = list(csv.DictReader(f))
+    assert [float(r['pm_acc']) for r in rows] == [h['pm_acc'] for h in loc.history]
+    assert (rows[1]['round'], float(rows[1]['train_time_s'])) == ('2', 12345.0), rows[1]     # resumed, not started over
 
 
 @pytest.mark.parametrize('args,msg', [(['--backend', 'ray'], "--backend 'ray'"),

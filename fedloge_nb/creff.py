@@ -64,8 +64,8 @@ def class_head_gradients(S: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
     return torch.einsum('cmk,cmd->ckd', G, S) / M, G.mean(1)
 
 def match_features(feats: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, real_w: torch.Tensor, real_b: torch.Tensor,
-                   held: torch.Tensor, steps: int, lr: float) -> torch.Tensor:
-    "Eq. 3: `steps` SGD steps on the federated features (C, M, d) so that their classifier gradients match the pooled real ones (classes in `held`)."
+                   held: torch.Tensor, steps: int, lr: float, extra=None) -> torch.Tensor:
+    "Eq. 3: `steps` SGD steps on the federated features (C, M, d) so that their classifier gradients match the pooled real ones (classes in `held`); `extra(S)`, if given, is added to the loss of every step (CLIP2FL's Eq. 8)."
     S = feats.detach().clone().requires_grad_(True)
     opt = torch.optim.SGD([S], lr=lr)
     W, b, m = weight.detach(), bias.detach(), held.to(feats.device)
@@ -75,6 +75,7 @@ def match_features(feats: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
         cos_w = (sw * real_w).sum(-1) / (sw.norm(dim=-1) * real_w.norm(dim=-1) + 1e-6)          # (C, C): one cosine per row
         cos_b = (sb * real_b).sum(-1) / (sb.norm(dim=-1) * real_b.norm(dim=-1) + 1e-6)          # (C,): the bias is one row
         loss = ((1 - cos_w).sum(-1) + (1 - cos_b))[m].sum()                                      # sum_c D(dW) + D(db), held classes
+        if extra is not None: loss = loss + extra(S)
         opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
     return S.detach()
 
@@ -126,12 +127,16 @@ class CReFF(FedAvg):
         new = super().aggregate(gstate, plain)
         RW, Rb, held = pool_gradients([(r.state['creff.classes'], r.state['creff.gw'], r.state['creff.gb']) for r in results],
                                       self.net.head.out_features)
-        self.feats = match_features(self.feats, *self.crt, RW, Rb, held, self.hp['match_steps'], self.hp['feat_lr'])
+        self.feats = match_features(self.feats, *self.crt, RW, Rb, held, self.hp['match_steps'], self.hp['feat_lr'], self.match_extra())
         g = torch.Generator().manual_seed(derive_seed(self.seed, 'creff', 'server', self.rounds_done))
         W0, b0 = (t.to(self.device) for t in linear_init(*self.crt[0].shape, g))             # a fresh classifier every round
         self.crt = calibrate_head(W0, b0, self.feats.flatten(0, 1), self.feat_labels, self.hp['crt_epochs'], self.hp['crt_lr'], self.hp['crt_batch'], g)
         self.rounds_done += 1
         return new
+
+    def match_extra(self):
+        "A term added to every step of the matching (none in CReFF; CLIP2FL's text contrast)."
+        return None
 
     def global_logits(self, x):
         h = self.net.backbone(x)

@@ -523,7 +523,7 @@ METHOD_MODULES = ['fedloge_nb.fedloge', 'fedloge_nb.baselines', 'fedloge_nb.base
                   'fedloge_nb.fedrs', 'fedloge_nb.fedaws',
                   'fedloge_nb.feddyn', 'fedloge_nb.fedmmd',
                   'fedloge_nb.ccvr', 'fedloge_nb.fednh',
-                  'fedloge_nb.creff', 'fedloge_nb.fedgrab', 'fedloge_nb.rucr',
+                  'fedloge_nb.creff', 'fedloge_nb.clip2fl', 'fedloge_nb.fedgrab', 'fedloge_nb.rucr',
                   'fedloge_nb.fedyoyo', 'fedloge_nb.fedrela', 'fedloge_nb.fednpc', 'fedloge_nb.fedic']
 METHODS_ENV = 'FEDLOGE_NB_METHODS'
 

@@ -21,6 +21,7 @@ FAST_HP = {'fedloge': {'sse_steps': 50, 'sse_lr': 0.01},  # speed only: FedLoGe'
            'fedetf': {'p_iters': 2},                    # FedETF's personalisation 20 iterations,
            'fedloge+rela': {'sse_steps': 50, 'sse_lr': 0.01}, 'fedetf+rela': {'p_iters': 2},
            'creff': {'feat_per_class': 20, 'crt_epochs': 20},   # CReFF's classifier re-training 300 epochs every round,
+           'clip2fl': {'feat_per_class': 20, 'crt_epochs': 20, 'teacher': 'fedloge_nb.clip2fl:ncm_teacher'},   # and CLIP2FL's (a teacher: CLIP's weights are not here),
            'fedic': {'ft_steps': 5, 'calib_steps': 5, 'distill_steps': 5}}   # FedIC's three server stages 100 steps each
 MODEL = {'fedbn': 'resnet8'}                          # resume: FedBN's local BatchNorm state needs a model with BatchNorm
 DATA = {'fedic': {'server_per_class': 5}}             # FedIC distils on a class-balanced labelled server set

@@ -10,6 +10,7 @@ from fedloge_nb.flower import EngineStrategy, LocalGrid
 CASES = [('feddyn', {}), ('fedmmd', {}), ('fedavg+rs', {}), ('scaffold+rs', {}), ('fedaws', {}), ('ccvr', {'calib_epochs': 3}),
          ('fednh', {}), ('fedavg', {'lr_decay': 0.7}),
          ('creff', {'match_steps': 3, 'crt_epochs': 3, 'feat_per_class': 10, 'real_repeats': 2}), ('fedgrab', {'dpa_round': 1}),
+         ('clip2fl', {'match_steps': 3, 'crt_epochs': 3, 'feat_per_class': 10, 'real_repeats': 2, 'teacher': 'fedloge_nb.clip2fl:ncm_teacher'}),
          ('rucr', {'crt_epochs': 3}), ('fedyoyo', {'warmup': 1}), ('fednpc', {'npc_epochs': 5, 'npc_samples': 500}),
          ('fedetf+rela', {'p_iters': 2}), ('fedloge+rela', {'sse_steps': 100}),
          ('fedic', {'ft_steps': 5, 'calib_steps': 5, 'distill_steps': 5, 'server_per_class': 5}),

@@ -19,7 +19,7 @@ LAYERS = {
     'models':      {'models'},
     'engine':      {'federated', 'engine'},
     'methods':     {'fedloge', 'realign', 'baselines', 'baselines_lt', 'optimisers', 'pfl', 'fedetf', 'gmv', 'ecl',
-                    'feddyn', 'fedmmd', 'fedrs', 'fedaws', 'ccvr', 'fednh', 'creff', 'fedgrab', 'rucr', 'fedyoyo', 'fedrela',
+                    'feddyn', 'fedmmd', 'fedrs', 'fedaws', 'ccvr', 'fednh', 'creff', 'clip2fl', 'fedgrab', 'rucr', 'fedyoyo', 'fedrela',
                     'fednpc', 'fedic'},
     'registry':    {'commands'},    # what commands are built from (COMMANDS, BACKENDS, --hp, config flags): below every module that registers one
     'experiments': {'analysis', 'pruning', 'tsne', 'norms', 'realign_analysis', 'analysis_runs', 'aggregate', 'sweep_file',

@@ -7,7 +7,8 @@ from fedloge_nb.data import make_fed_data
 
 load_methods()
 TINY_HP = {'fedloge': dict(sse_steps=50, sse_lr=1e-2), 'fedrep': dict(head_epochs=1), 'fedloge+rela': dict(sse_steps=50, sse_lr=1e-2),
-           'creff': dict(feat_per_class=20, crt_epochs=20), 'fedic': dict(ft_steps=5, calib_steps=5, distill_steps=5)}
+           'creff': dict(feat_per_class=20, crt_epochs=20), 'clip2fl': dict(feat_per_class=20, crt_epochs=20, teacher='fedloge_nb.clip2fl:ncm_teacher'),
+           'fedic': dict(ft_steps=5, calib_steps=5, distill_steps=5)}
 
 
 @pytest.fixture(scope='module')

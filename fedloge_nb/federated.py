@@ -513,7 +513,7 @@ def compose(name: str):
         if clash: raise ValueError(f"{name}: hyperparameter(s) {clash} of {p.plugin} clash with those of {base}" + ''.join(f'+{q}' for q in plugs[:i]))
         hp.update(p.hparams)
     kind = 'generic+personalised' if B.kind == 'generic' and any(p.personalises for p in P) else B.kind
-    body = dict(kind=kind, hparams=hp, composable=False, parts=(base, *plugs), __module__=B.__module__,
+    body = dict(kind=kind, hparams=hp, composable=False, composed=True, parts=(base, *plugs), __module__=B.__module__,
                 __doc__=f"{base} with the plug-in(s) {', '.join(plugs)} (composed by `compose`).")
     return register(name)(type(name, (*reversed(P), B), body))
 

@@ -49,15 +49,15 @@ def new_clients_table(rows, ref: str = 'fedloge') -> pd.DataFrame:
 def plot_gaps(tab: pd.DataFrame, title: str = '', path=None):
     "Dot plot of each method's unseen-minus-trained PM gap with its 95% interval (a line at 0)."
     import matplotlib.pyplot as plt, seaborn as sns
-    sns.set_theme(style='whitegrid', context='notebook')
-    t = tab.dropna(subset=['_gap']).sort_values('_gap')
-    fig, ax = plt.subplots(figsize=(6.5, 0.45 * len(t) + 1.2))
-    y = np.arange(len(t))
-    lo = (t['_gap'] - t['_gap_lo'].fillna(t['_gap'])).to_numpy(); hi = (t['_gap_hi'].fillna(t['_gap']) - t['_gap']).to_numpy()
-    ax.errorbar(t['_gap'], y, xerr=[lo, hi], fmt='o', color='C0', capsize=3)
-    ax.axvline(0, color='grey', lw=1); ax.set_yticks(y, t['method']); ax.set_xlabel('PM unseen - PM trained (points, 95% interval)')
-    ax.set_title(title, fontsize=10); fig.tight_layout()
-    if path: save_png(fig, path)
+    with sns.axes_style('whitegrid'), sns.plotting_context('notebook'):   # a local style: no theme left set for later figures
+        t = tab.dropna(subset=['_gap']).sort_values('_gap')
+        fig, ax = plt.subplots(figsize=(6.5, 0.45 * len(t) + 1.2))
+        y = np.arange(len(t))
+        lo = (t['_gap'] - t['_gap_lo'].fillna(t['_gap'])).to_numpy(); hi = (t['_gap_hi'].fillna(t['_gap']) - t['_gap']).to_numpy()
+        ax.errorbar(t['_gap'], y, xerr=[lo, hi], fmt='o', color='C0', capsize=3)
+        ax.axvline(0, color='grey', lw=1); ax.set_yticks(y, t['method']); ax.set_xlabel('PM unseen - PM trained (points, 95% interval)')
+        ax.set_title(title, fontsize=10); fig.tight_layout()
+        if path: save_png(fig, path)
     return fig
 
 # %% ../nbs/15d_clients.ipynb #cdc7b891
@@ -86,15 +86,15 @@ def stragglers_table(rows, metric: str = 'gm_acc', base: str = 'fedavg', vs: str
 def plot_rates(tab: pd.DataFrame, metric: str = 'gm_acc', title: str = '', path=None):
     "Each method's `metric` against the straggler rate, mean with its 95% interval over seeds."
     import matplotlib.pyplot as plt, seaborn as sns
-    sns.set_theme(style='whitegrid', context='notebook')
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    for i, (m, g) in enumerate(tab.groupby('method', sort=False)):
-        x = g['rate'].to_numpy() + (i - 1.5) * 0.012                     # side by side, not on top of each other
-        lo = (g['_mean'] - g['_lo'].fillna(g['_mean'])).to_numpy(); hi = (g['_hi'].fillna(g['_mean']) - g['_mean']).to_numpy()
-        ax.errorbar(x, g['_mean'], yerr=[lo, hi], marker='o', capsize=3, label=m)
-    ax.set_xlabel('straggler rate (a straggler does 1-4 of 5 local epochs)'); ax.set_ylabel(f'{metric} (last-k mean, 95% interval)')
-    ax.legend(fontsize=8); ax.set_title(title, fontsize=10); fig.tight_layout()
-    if path: save_png(fig, path)
+    with sns.axes_style('whitegrid'), sns.plotting_context('notebook'):   # a local style: no theme left set for later figures
+        fig, ax = plt.subplots(figsize=(6.5, 4))
+        for i, (m, g) in enumerate(tab.groupby('method', sort=False)):
+            x = g['rate'].to_numpy() + (i - 1.5) * 0.012                     # side by side, not on top of each other
+            lo = (g['_mean'] - g['_lo'].fillna(g['_mean'])).to_numpy(); hi = (g['_hi'].fillna(g['_mean']) - g['_mean']).to_numpy()
+            ax.errorbar(x, g['_mean'], yerr=[lo, hi], marker='o', capsize=3, label=m)
+        ax.set_xlabel('straggler rate (a straggler does 1-4 of 5 local epochs)'); ax.set_ylabel(f'{metric} (last-k mean, 95% interval)')
+        ax.legend(fontsize=8); ax.set_title(title, fontsize=10); fig.tight_layout()
+        if path: save_png(fig, path)
     return fig
 
 # %% ../nbs/15d_clients.ipynb #d1c5559d

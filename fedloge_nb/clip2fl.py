@@ -10,7 +10,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 from .hparams import HP
-from .federated import register, derive_seed
+from .federated import register
 from .creff import CReFF
 
 # %% auto #0

@@ -43,9 +43,8 @@ class CalibratedEnsemble(nn.Module):
             self.gate.bias.copy_((torch.rand(1, generator=generator) * 2 - 1) * bound)
 
     def weights(self, logits: torch.Tensor) -> torch.Tensor:
-        "Eq. 1's w_k(x), (m, N): sigmoid(z_k . s + b), normalised over the clients."
-        w = torch.sigmoid(logits @ self.ens_scale + self.ens_bias)
-        return w / w.sum(0, keepdim=True)
+        "Eq. 1's w_k(x), (m, N): sigmoid(z_k . s + b), normalised over the clients (in log space: no 0/0 when every sigmoid underflows)."
+        return torch.softmax(F.logsigmoid(logits @ self.ens_scale + self.ens_bias), 0)
 
     def ensemble(self, logits: torch.Tensor) -> torch.Tensor:
         "Eq. 1-2: the weighted ensemble of the client logits (m, N, C), calibrated per class, (N, C)."

@@ -83,11 +83,16 @@ def _check_known(methods: list, grid: dict, base: dict):
     for mo in grid.get('model', [base.get('model', 'cnn')]): check_names(None, None, mo)
 
 def _check_overrides(overrides: list, settable: list, methods: list):
-    "Each override sets only config fields, a `label` and an `hp` table whose keys some method of the grid takes."
+    "Each override sets only config fields, a `label`, an `hp` table whose keys some method of the grid takes, and `methods` of the grid."
     for i, o in enumerate(overrides):
-        _unknown(f'grid.overrides[{i}]', o, settable + ['hp', 'label'])
+        _unknown(f'grid.overrides[{i}]', o, settable + ['hp', 'label', 'methods'])
         if not isinstance(o.get('hp', {}), dict): raise ValueError(f"grid.overrides[{i}].hp must be a table, e.g. hp = {{gamma = 0.1}}")
-        _check_hp_keys(f'grid.overrides[{i}].hp', o.get('hp', {}), methods)
+        ms = o.get('methods', methods)
+        if not (isinstance(ms, list) and ms and all(isinstance(m, str) for m in ms)):
+            raise ValueError(f"grid.overrides[{i}].methods must be a non-empty list of method names, e.g. methods = [\"fedloge\"]")
+        if bad := [m for m in ms if m not in methods]:
+            raise ValueError(f"grid.overrides[{i}].methods names {bad[0]!r}, not a method of the grid {methods}")
+        _check_hp_keys(f'grid.overrides[{i}].hp', o.get('hp', {}), ms)
 
 def _method_hp(tables: dict, methods: list) -> dict:
     "The `[hp.METHOD]` tables, checked: each names a method of the grid and only hyperparameters that method has."
@@ -203,7 +208,7 @@ def _apply_when(spec: SweepSpec, kw: dict, ovf: dict, ohp: dict, m: str) -> dict
 
 def _cell(spec: SweepSpec, seed: int, setting: dict, ov: dict, m: str) -> Cell:
     "The cell of method `m` under override `ov` in the grid setting `setting` with `seed` (named from what it changes)."
-    ovf = {k: v for k, v in ov.items() if k not in ('hp', 'label')}
+    ovf = {k: v for k, v in ov.items() if k not in ('hp', 'label', 'methods')}
     ohp = hp_for(m, ov.get('hp', {}), strict=False)
     kw = {**spec.base, **setting, **ovf, 'method': m, 'seed': seed, 'hp': {**spec.hp.get(m, {}), **ohp}}
     hits = tuple(_when_hits(spec, kw))
@@ -221,10 +226,11 @@ def _label(c: Cell) -> str: return run_label({'method': c.cfg.method, 'variant':
 
 # %% ../nbs/14c_sweep_file.ipynb #bbcf15ba
 def expand(spec: SweepSpec) -> list:
-    "All cells of a sweep (duplicates removed): seeds x settings x overrides x methods, then the `more_seeds` of some groups."
+    "All cells of a sweep (duplicates removed): seeds x settings x overrides x methods (an override's `methods` only), then the `more_seeds` of some groups."
     fixed = {k: v for k, v in spec.grid.items() if k not in ('method', 'seed')}
     combos = [dict(zip(fixed, c)) for c in (itertools.product(*fixed.values()) if fixed else [()])]
-    every = lambda seeds: [_cell(spec, s, st, ov, m) for s in seeds for st in combos for ov in spec.overrides for m in spec.methods]
+    every = lambda seeds: [_cell(spec, s, st, ov, m) for s in seeds for st in combos for ov in spec.overrides for m in spec.methods
+                           if m in ov.get('methods', spec.methods)]
     cand = every(spec.grid.get('seed', [spec.base.get('seed', 0)]))
     for extra in spec.more_seeds:
         known = list(dict.fromkeys(_label(c) for c in cand))

@@ -36,3 +36,26 @@ def test_device_check_on_cpu(tmp_path):
     rows = list(csv.DictReader(out.open()))
     assert [x['method'] for x in rows] == ['fedavg', 'scaffold', 'lws'], rows
     assert all(float(x['gm_absdiff']) == 0 and float(x['pm_absdiff']) == 0 and float(x['pm_dev']) > 0 for x in rows), rows
+
+def test_leaderboard_stage2(tmp_path):
+    "scripts/leaderboard_stage2.py refuses while a stage-1 cell of the setting is pending, then writes a stage-2 sweep of the chosen variants only."
+    s1 = tmp_path / 's1.toml'
+    s1.write_text(f'name = "s1"\nout = "{tmp_path / "s1"}"\n[base]\ndataset = "digits"\nmodel = "mlp"\nclients = 4\nval_frac = 0.1\nimb_factor = 10\n'
+                  '[grid]\nmethods = ["fedavg", "fedloge"]\nseeds = [100]\n'
+                  'overrides = [{}, {label = "gamma8", hp = {"fedloge.gamma" = 8.0}}]\n')
+    (tmp_path / 's1').mkdir()
+    head = 'cell,group,setting,method,variant,seed,status,val_gm_acc,val_pm_acc\n'
+    rows = ['digits_if10_a0.5_fedavg_s100,digits_if10_a0.5_fedavg,digits_if10_a0.5,fedavg,,100,ok,70,80',
+            'digits_if10_a0.5_fedloge_s100,digits_if10_a0.5_fedloge,digits_if10_a0.5,fedloge,,100,ok,72,90',
+            'digits_if10_a0.5_fedloge_gamma8_s100,digits_if10_a0.5_fedloge_gamma8,digits_if10_a0.5,fedloge,gamma8,100,pending,,']
+    (tmp_path / 's1' / 'results.csv').write_text(head + '\n'.join(rows) + '\n')
+    run = lambda: subprocess.run([sys.executable, str(ROOT / 'scripts' / 'leaderboard_stage2.py'), str(s1), 'digits_if10_a0.5', str(tmp_path / 's2.toml'), '--seeds', '0,1'],
+                                 capture_output=True, text=True, env={**os.environ, 'PYTHONPATH': str(ROOT)}, timeout=120)
+    r = run()
+    assert r.returncode != 0 and '1 stage-1 cell(s) of digits_if10_a0.5 not finished' in r.stderr and not (tmp_path / 's2.toml').exists(), r.stderr
+    (tmp_path / 's1' / 'results.csv').write_text(head + '\n'.join(rows[:2] + [rows[2].replace('pending,,', 'ok,75,88')]) + '\n')
+    r = run()
+    assert r.returncode == 0, r.stderr
+    from fedloge_nb.sweep_file import load_spec, expand
+    names = sorted(c.name for c in expand(load_spec(tmp_path / 's2.toml')))
+    assert names == sorted(f'digits_if10_a0.5_{g}_s{s}' for s in (0, 1) for g in ('fedavg', 'fedloge', 'fedloge_gamma8')), names

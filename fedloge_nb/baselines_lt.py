@@ -15,8 +15,8 @@ from .evaluation import forward_batched
 from .baselines import with_masked, sub_state, prefixed, forward_with
 
 # %% auto #0
-__all__ = ['balanced_softmax_ce', 'FedRoD', 'LocalFinetune', 'FedBABU', 'FedAvgFT', 'ratio_weights', 'aux_indices', 'RatioLoss',
-           'logit_calibrated_ce', 'FedLC', 'tau_normalize', 'TauNorm', 'class_balanced_indices', 'LWS']
+__all__ = ['balanced_softmax_ce', 'soft_kl', 'FedRoD', 'LocalFinetune', 'FedBABU', 'FedAvgFT', 'ratio_weights', 'aux_indices',
+           'RatioLoss', 'logit_calibrated_ce', 'FedLC', 'tau_normalize', 'TauNorm', 'class_balanced_indices', 'LWS']
 
 # %% ../nbs/08a_baselines_lt.ipynb #8613d507
 def balanced_softmax_ce(logits: torch.Tensor, y: torch.Tensor, counts) -> torch.Tensor:
@@ -24,6 +24,11 @@ def balanced_softmax_ce(logits: torch.Tensor, y: torch.Tensor, counts) -> torch.
     counts = torch.as_tensor(counts, device=logits.device, dtype=logits.dtype)
     if counts.shape != logits.shape[1:]: raise ValueError(f"counts must have one entry per class ({logits.shape[1]}), got {tuple(counts.shape)}")
     return F.cross_entropy(logits + counts.log(), y)
+
+# %% ../nbs/08a_baselines_lt.ipynb #e1ac7e7f
+def soft_kl(student: torch.Tensor, teacher: torch.Tensor, T: float = 1.0) -> torch.Tensor:
+    "KL(softmax(teacher / T) || softmax(student / T)), batch mean, the teacher detached (no T^2 factor)."
+    return F.kl_div(F.log_softmax(student / T, 1), F.softmax(teacher.detach() / T, 1), reduction='batchmean')
 
 # %% ../nbs/08a_baselines_lt.ipynb #97003c68
 @register('fedrod')

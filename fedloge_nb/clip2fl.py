@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from .hparams import HP
 from .federated import register
 from .creff import CReFF
+from .baselines_lt import soft_kl
 
 # %% auto #0
 __all__ = ['Teacher', 'load_teacher', 'ncm_teacher', 'kd_loss', 'text_contrast', 'CLIP2FL']
@@ -64,7 +65,7 @@ def ncm_teacher(fed, dim: int, device, seed: int = 0) -> Teacher:
 # %% ../nbs/08n_clip2fl.ipynb #9849e732
 def kd_loss(student: torch.Tensor, teacher: torch.Tensor, T: float) -> torch.Tensor:
     "T^2 KL(softmax(teacher/T) || softmax(student/T)), batch mean (Eq. 1's second term)."
-    return F.kl_div(F.log_softmax(student / T, 1), F.softmax(teacher.detach() / T, 1), reduction='batchmean') * T * T
+    return soft_kl(student, teacher, T) * T * T
 
 # %% ../nbs/08n_clip2fl.ipynb #b67fd0c9
 def text_contrast(feats: torch.Tensor, labels: torch.Tensor, text: torch.Tensor, temperature: float) -> torch.Tensor:

@@ -10,6 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from .hparams import HP
 from .federated import FedAvg, register, derive_seed, shared
+from .baselines_lt import soft_kl
 
 # %% auto #0
 __all__ = ['client_outputs', 'CalibratedEnsemble', 'fine_tune', 'train_teacher', 'distill_loss', 'distill', 'FedIC']
@@ -85,7 +86,7 @@ def train_teacher(teacher: CalibratedEnsemble, feats: torch.Tensor, logits: torc
 
 def distill_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, y: torch.Tensor, temperature: float, ld: float) -> torch.Tensor:
     "Eq. 4: ld * KL(softmax(z_T / T) || softmax(z_S / T)) (batch mean, no T^2, as the authors' code) + (1 - ld) * CE(z_S, y)."
-    kl = F.kl_div(F.log_softmax(student_logits / temperature, 1), F.softmax(teacher_logits.detach() / temperature, 1), reduction='batchmean')
+    kl = soft_kl(student_logits, teacher_logits, temperature)
     return ld * kl + (1 - ld) * F.cross_entropy(student_logits, y)
 
 def distill(student: nn.Module, x: torch.Tensor, y: torch.Tensor, teacher_logits: torch.Tensor, steps: int, lr: float, wd: float,

@@ -12,6 +12,7 @@ from fastcore.basics import patch
 from .hparams import HP
 from .federated import FedAvg, ClientResult, register, shared, local_sgd, weighted_average, derive_seed
 from .evaluation import forward_batched
+from .baselines_lt import soft_kl
 
 # %% auto #0
 __all__ = ['EPS', 'weak_view', 'strong_view', 'effective_numbers', 'update_eff', 'yoyo_loss', 'dla_log_prior', 'YoYoState',
@@ -100,8 +101,7 @@ def yoyo_loss(z_weak: torch.Tensor, z_strong: torch.Tensor, y: torch.Tensor, log
     ce = F.cross_entropy(torch.cat([aw, as_]), torch.cat([y, y]))
     keep = aw.argmax(1) == y                                         # the teacher's correct samples
     if keep.any():
-        t = F.softmax(aw[keep] / temp, dim=1).detach()
-        kd = F.kl_div(F.log_softmax(as_[keep] / temp, dim=1), t, reduction='batchmean')
+        kd = soft_kl(as_[keep], aw[keep], temp)
     else: kd = aw.new_zeros(())
     return ce + kd_weight * kd, ce, kd
 

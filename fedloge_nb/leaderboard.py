@@ -11,11 +11,13 @@ import pandas as pd
 import tomli_w
 from .commands import hp_for
 from .sweep_file import SweepSpec, load_spec, expand, _cell
-from .aggregate import runs_frame, seed_table, select_best, stable, run_label, paired_diff, paired_p, holm_adjust, fmt_diff, fmt_mean_std, save_fig
+from .aggregate import runs_frame, seed_table, select_best, stable, run_label, paired_diff, paired_p, holm_adjust, fmt_diff, fmt_mean_std, save_fig, read_rows
+from .report import sweep_path, command
 
 # %% auto #0
-__all__ = ['SELECT', 'LB_COLORS', 'chosen_variants', 'stage2_overrides', 'stage2_spec', 'write_stage2', 'leaderboard_table',
-           'fmt_p', 'leaderboard_markdown', 'plot_leaderboard']
+__all__ = ['SELECT', 'LB_COLORS', 'LEADERBOARDS', 'chosen_variants', 'stage2_overrides', 'stage2_spec', 'write_stage2',
+           'leaderboard_table', 'fmt_p', 'leaderboard_markdown', 'plot_leaderboard', 'leaderboard_report',
+           'show_leaderboard']
 
 # %% ../nbs/15e_leaderboard.ipynb #ddad85fb
 SELECT = (('val_gm_acc', 'gm_acc', 'GM'), ('val_pm_acc', 'pm_acc', 'PM'))   # (validation metric that chooses, test metric reported, column)
@@ -155,3 +157,41 @@ def plot_leaderboard(t: pd.DataFrame, path=None, title: str = '', metric_name: s
     ax.set_xlabel(f'method minus the best, per seed ({metric_name} points)\ndiamond and bar: mean and paired 95% t-interval')
     if title: ax.set_title(title, fontsize=10, loc='left')
     return save_fig(fig, path) if path is not None else fig
+
+# %% ../nbs/15e_leaderboard.ipynb #7359dc2e
+LEADERBOARDS = {   # stage-2 sweep: (stage-1 sweep, setting, in words)
+    'leaderboard_if100': ('leaderboard_val', 'fmnist_if100_a0.5', 'Fashion-MNIST-LT, global long tail IF 100, Dirichlet alpha 0.5'),
+    'leaderboard_if10': ('leaderboard_val', 'fmnist_if10_a0.5', 'Fashion-MNIST-LT, global long tail IF 10, Dirichlet alpha 0.5'),
+    'leaderboard_local': ('leaderboard_val_local', 'fmnist_if100_a0.5', 'Fashion-MNIST, local long tail IF 100 (each client its own class order), 20 clients')}
+
+def _progress(rows) -> str:
+    df = runs_frame(rows)
+    return f"{int((df['status'] == 'ok').sum())} of {len(df)} cells finished" + (f", {int((df['status'] == 'failed').sum())} failed" if (df['status'] == 'failed').any() else '')
+
+def leaderboard_report(name: str, sweeps=None) -> dict:
+    "Stage 1's progress and choices for leaderboard `name` (LEADERBOARDS) and, once stage 2 has run, its GM and PM tables."
+    s1, setting, words = LEADERBOARDS[name]
+    p1, p2 = sweep_path(s1, 'results', sweeps), sweep_path(name, 'results', sweeps)
+    rows1 = [r for r in read_rows(p1) if r.get('setting') == setting] if p1.exists() else []
+    rows2 = read_rows(p2) if p2.exists() else []
+    chosen = chosen_variants(rows1) if rows1 else None
+    tables = {c: leaderboard_table(rows2, c, chosen, setting) for _, _, c in SELECT} if rows2 and chosen is not None else {}
+    return dict(name=name, stage1=s1, setting=setting, words=words, stage1_progress=_progress(rows1) if rows1 else 'not run',
+                stage2_progress=_progress(rows2) if rows2 else 'not run', chosen=chosen, tables=tables)
+
+# %% ../nbs/15e_leaderboard.ipynb #d389d76c
+def show_leaderboard(name: str, sweeps=None, save: bool = True):
+    "Display leaderboard `name`: both stages' progress, then per column the ranked table and its forest plot (saved in the stage-2 sweep's plots/)."
+    from IPython.display import display, Markdown
+    import matplotlib.pyplot as plt
+    r = leaderboard_report(name, sweeps)
+    display(Markdown(f"### {r['words']}\n\nStage 1 (`{r['stage1']}`, setting `{r['setting']}`): {r['stage1_progress']}. "
+                     f"Stage 2 (`{name}`): {r['stage2_progress']}."))
+    if not r['tables']:
+        display(Markdown(f"Stage 2 has not run: write it with `scripts/leaderboard_stage2.py` once stage 1 is complete, then `{command(name)}`.")); return r
+    for col, t in r['tables'].items():
+        if not len(t): continue
+        display(Markdown(f"**{col}** (each method at the variant chosen on validation for {col}; seeds: n)\n\n" + leaderboard_markdown(t)))
+        path = sweep_path(name, 'plots', sweeps)/f'leaderboard_{col.lower()}.png' if save else None
+        plot_leaderboard(t, path, title=f"{r['words']}: {col}, method minus the best"); plt.show()
+    return r

@@ -37,7 +37,7 @@ def tiny_configs(rounds: int = 8, **kw) -> dict:
 
 def run_name(cfg: FedConfig) -> str:
     "Cache folder name of a config: method, classifier, dataset and a hash of `cfg.key()` with the method's default hyperparameters filled in."
-    from fedloge_nb.federated import get_method
+    from fedloge_nb.registry import get_method
     key = {**cfg.key(), 'hp': {**get_method(cfg.method).defaults, **cfg.hp}}   # a changed default gives a new folder
     h = hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:10]
     return f"{cfg.method}-{cfg.hp.get('classifier', 'default')}-{cfg.dataset}-{h}"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json, sys
 from pathlib import Path
 from fastcore.script import call_parse, anno_parser, bool_arg
-from .federated import get_method
+from .registry import get_method
 from .guards import DivergenceError, check_folder, check_out, run_lock, clear_run, check_history, recover_checkpoint
 from .engine import run_fl, check_run
 from .commands import (COMMANDS, COMMAND_MODULES, register_command, load_commands, parse_list, hp_for,

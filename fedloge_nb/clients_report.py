@@ -9,7 +9,8 @@ import pandas as pd
 from .aggregate import read_rows, seed_table, diff_interval, fmt_diff
 from .guards import save_png
 from .report import sweep_path
-from .federated import Algorithm, get_method
+from .federated import Algorithm
+from .registry import get_method
 import fedloge_nb.commands  # noqa: F401  (registers every method)
 
 # %% auto #0

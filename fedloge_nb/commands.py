@@ -7,7 +7,8 @@ from __future__ import annotations
 import dataclasses, importlib, inspect, typing
 from fastcore.script import Param, bool_arg
 from fastcore.docments import docments
-from .federated import FedConfig, get_method
+from .federated import FedConfig
+from .registry import get_method
 from .hparams import hp_table
 
 # %% auto #0

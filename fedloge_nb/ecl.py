@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from torch.func import functional_call
 from fastcore.basics import patch
 from .hparams import HP
-from .federated import Algorithm, ClientData, register, derive_seed, local_sgd, Plugin, register_plugin, personalize_by_finish
+from .federated import Algorithm, ClientData, register, derive_seed, local_sgd, personalize_by_finish
+from .registry import Plugin, register_plugin
 from .evaluation import eval_mode, forward_batched
 from .models import CNN, MLP, CifarResNet, ResNet
 from .realign import mask_logits

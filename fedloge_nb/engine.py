@@ -16,8 +16,9 @@ from .evaluation import evaluate
 from .hparams import hp_key, revision   # the checkpoint key and a method's revision (chapter 03c: older results)
 from .evaluation import client_scores, personal_scores
 from .monitor import TBLog, tb_available
-from .federated import (FedConfig, Algorithm, client_datasets, sample_clients, derive_seed, seed_everything,
-                                  matched_hp, make_algorithm, client_fate, client_config, hold_out_clients)
+from .federated import (FedConfig, Algorithm, client_datasets, sample_clients,
+                                  derive_seed, seed_everything, client_fate, client_config, hold_out_clients)
+from .registry import matched_hp, make_algorithm
 
 
 # %% auto #0

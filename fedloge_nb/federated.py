@@ -17,12 +17,10 @@ from .hparams import HP, check_hp, derive_defaults
 from .partition import shot_groups
 
 # %% auto #0
-__all__ = ['LR_SCHEDULES', 'METHODS', 'KINDS', 'PLUGINS', 'METHOD_MODULES', 'METHODS_ENV', 'FedConfig', 'lr_at', 'round_config',
-           'derive_seed', 'seed_everything', 'sample_clients', 'ClientFate', 'client_fate', 'client_config',
-           'ClientData', 'client_datasets', 'hold_out_clients', 'weighted_average', 'ClientResult', 'register',
-           'Algorithm', 'personalize_by_finish', 'shared', 'local_sgd', 'feature_sgd', 'FedAvg', 'Plugin',
-           'register_plugin', 'composable_bases', 'compose', 'method_modules', 'load_methods', 'get_method',
-           'matched_hp', 'make_algorithm']
+__all__ = ['LR_SCHEDULES', 'METHODS', 'KINDS', 'FedConfig', 'lr_at', 'round_config', 'derive_seed', 'seed_everything',
+           'sample_clients', 'ClientFate', 'client_fate', 'client_config', 'ClientData', 'client_datasets',
+           'hold_out_clients', 'weighted_average', 'ClientResult', 'register', 'Algorithm', 'personalize_by_finish',
+           'shared', 'local_sgd', 'feature_sgd', 'FedAvg']
 
 # %% ../nbs/04_federated.ipynb #98d60cf2
 @dataclass
@@ -452,113 +450,3 @@ class FedAvg(Algorithm):
     "FedAvg (McMahan et al. 2017): local SGD, sample-weighted averaging of the whole model."
     kind = 'generic'
     composable = True
-
-# %% ../nbs/04_federated.ipynb #f1c0a001
-PLUGINS: dict = {}
-
-class Plugin:
-    "Base of plug-in mixins: `slot` (what it supplies; two plug-ins may not share one), `requires`, `personalises`, `hparams`."
-    plugin = 'plugin'
-    slot: str | None = None           # e.g. 'classifier': two classifier plug-ins cannot be combined
-    requires: tuple = ()              # plug-ins that must come before this one in the name
-    wraps: tuple = ()                 # slots this plug-in wraps: a plug-in filling one must come before it in the name
-    personalises = False              # True: adds personalised models (a 'generic' base becomes 'generic+personalised')
-    hparams: dict = {}                # name -> HP: the plug-in's own hyperparameters (merged into the composed method's)
-    defaults: dict = {}               # derived from `hparams`
-
-    def __init_subclass__(cls, **kw):
-        super().__init_subclass__(**kw)
-        if not issubclass(cls, Algorithm): derive_defaults(cls)      # a method built on a plug-in (ECL): Algorithm's hook did it
-
-    @classmethod
-    def refuses(cls, base) -> str | None:
-        "Why this plug-in cannot sit on `base` (None: it can)."
-        return None
-
-def register_plugin(name: str):
-    "Class decorator adding a `Plugin` mixin to `PLUGINS` under its name."
-    def deco(cls):
-        if not issubclass(cls, Plugin) or issubclass(cls, Algorithm): raise ValueError(f"{cls.__name__}: a plug-in subclasses Plugin, not Algorithm")
-        cls.plugin = name; PLUGINS[name] = cls; return cls
-    return deco
-
-def composable_bases() -> list:
-    "Names of the registered methods that take plug-ins."
-    return sorted(n for n, c in METHODS.items() if vars(c).get('composable'))
-
-# %% ../nbs/04_federated.ipynb #f1c0a002
-def compose(name: str):
-    "Build and register the class `BASE+PLUGIN[+PLUGIN]`: MRO (plug-ins last to first, base), defaults merged; one-line refusals."
-    base, *plugs = name.split('+')
-    B = get_method(base)
-    for p in plugs:
-        if p not in PLUGINS: raise ValueError(f"{name}: unknown plug-in {p!r}; plug-ins: {', '.join(sorted(PLUGINS))}")
-    if len(set(plugs)) < len(plugs): raise ValueError(f"{name}: a plug-in appears twice")
-    if not vars(B).get('composable'):
-        raise ValueError(f"{name}: {base} does not route its objective through train_forward/loss, so plug-ins cannot change it; "
-                         f"bases that take plug-ins: {', '.join(composable_bases())}")
-    P, slots, hp = [PLUGINS[p] for p in plugs], {}, dict(B.hparams)
-    for i, p in enumerate(P):
-        for r in p.requires:
-            if r not in plugs[:i]: raise ValueError(f"{name}: {p.plugin} works on top of {r}: write {base}+{r}+{p.plugin}")
-        if p.slot and p.slot in slots: raise ValueError(f"{name}: {slots[p.slot]} and {p.plugin} both supply the {p.slot}; keep one")
-        if p.slot: slots[p.slot] = p.plugin
-        late = [q.plugin for q in P[i + 1:] if q.slot in p.wraps]
-        if late:
-            order = plugs[:i] + late + [q for q in plugs[i:] if q not in late]
-            raise ValueError(f"{name}: {p.plugin} wraps the {PLUGINS[late[0]].slot} that {late[0]} supplies, so {late[0]} must come first: write {base}+{'+'.join(order)}")
-        why = p.refuses(B)
-        if why: raise ValueError(f"{name}: {why}")
-        clash = sorted(set(p.hparams) & set(hp))
-        if clash: raise ValueError(f"{name}: hyperparameter(s) {clash} of {p.plugin} clash with those of {base}" + ''.join(f'+{q}' for q in plugs[:i]))
-        hp.update(p.hparams)
-    kind = 'generic+personalised' if B.kind == 'generic' and any(p.personalises for p in P) else B.kind
-    body = dict(kind=kind, hparams=hp, composable=False, composed=True, parts=(base, *plugs), __module__=B.__module__,
-                __doc__=f"{base} with the plug-in(s) {', '.join(plugs)} (composed by `compose`).")
-    return register(name)(type(name, (*reversed(P), B), body))
-
-# %% ../nbs/04_federated.ipynb #c29608e9
-METHOD_MODULES = ['fedloge_nb.fedloge', 'fedloge_nb.baselines', 'fedloge_nb.baselines_lt', 'fedloge_nb.fedetf',
-                  'fedloge_nb.gmv', 'fedloge_nb.ecl', 'fedloge_nb.optimisers', 'fedloge_nb.pfl',
-                  'fedloge_nb.fedrs', 'fedloge_nb.fedaws',
-                  'fedloge_nb.feddyn', 'fedloge_nb.fedmmd',
-                  'fedloge_nb.ccvr', 'fedloge_nb.fednh',
-                  'fedloge_nb.creff', 'fedloge_nb.clip2fl', 'fedloge_nb.fedgrab', 'fedloge_nb.rucr',
-                  'fedloge_nb.fedyoyo', 'fedloge_nb.fedrela', 'fedloge_nb.fednpc', 'fedloge_nb.fedic']
-METHODS_ENV = 'FEDLOGE_NB_METHODS'
-
-def method_modules() -> list:
-    "The modules that register methods: the package's own (`METHOD_MODULES`), then those named in `$FEDLOGE_NB_METHODS`."
-    extra = [m.strip() for m in os.environ.get(METHODS_ENV, '').replace(' ', ',').split(',') if m.strip()]
-    return METHOD_MODULES + [m for m in dict.fromkeys(extra) if m not in METHOD_MODULES]
-
-def load_methods():
-    "Import every module that registers methods (an import error is raised, never skipped)."
-    for m in method_modules():
-        try: importlib.import_module(m)
-        except ModuleNotFoundError as e:
-            if m in METHOD_MODULES or e.name != m: raise
-            raise ModuleNotFoundError(f"${METHODS_ENV} names module {m!r}, which Python cannot import: "
-                                      f"put the folder that holds {m}.py on PYTHONPATH, or remove it from ${METHODS_ENV}") from None
-
-def get_method(name: str):
-    "The `Algorithm` class registered as `name`; `BASE+PLUGIN[+PLUGIN]` is composed (`compose`) on first use."
-    if name not in METHODS: load_methods()
-    if name not in METHODS and '+' in name: return compose(name)
-    if name not in METHODS:
-        raise ValueError(f"unknown method {name!r}; known methods: {', '.join(sorted(METHODS))}; "
-                         f"or BASE+PLUGIN with a base in {', '.join(composable_bases())} and plug-ins {', '.join(sorted(PLUGINS))}")
-    return METHODS[name]
-
-def matched_hp(cls, cfg: FedConfig) -> dict:
-    "The hyperparameters that `cfg.post_epochs` sets for method `cls` ({} when unset or when the method does not adapt)."
-    if cfg.post_epochs is None: return {}
-    ov = cls.post_hp(int(cfg.post_epochs)) or {}
-    clash = sorted(k for k in ov if k in cfg.hp and cfg.hp[k] != ov[k])
-    if clash: raise ValueError(f"--post_epochs {cfg.post_epochs} sets {clash} of {cls.name}, but --hp sets them too: drop one of the two")
-    return ov
-
-def make_algorithm(cfg: FedConfig) -> Algorithm:
-    "Instantiate `cfg.method` with hyperparameters `cfg.hp` (and the matched post-training budget, if `cfg.post_epochs`)."
-    cls = get_method(cfg.method)
-    return cls(**{**cfg.hp, **matched_hp(cls, cfg)})

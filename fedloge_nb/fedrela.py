@@ -9,7 +9,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from .hparams import HP
-from .federated import Algorithm, Plugin, register, register_plugin, derive_seed
+from .federated import Algorithm, register, derive_seed
+from .registry import Plugin, register_plugin
 from .evaluation import forward_batched
 from .fedloge import FedLoGe
 from .fedetf import FedETF

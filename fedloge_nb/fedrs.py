@@ -6,7 +6,8 @@
 from __future__ import annotations
 import torch
 from .hparams import HP
-from .federated import Algorithm, FedAvg, Plugin, register, register_plugin, get_method
+from .federated import Algorithm, FedAvg, register
+from .registry import Plugin, register_plugin, get_method
 
 # %% auto #0
 __all__ = ['RS_FORMS', 'RS_COMPOSITIONS', 'restriction', 'RSPlugin', 'FedRS']

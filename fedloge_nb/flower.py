@@ -10,8 +10,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 from fastcore.basics import patch
-from .federated import (FedConfig, ClientResult, make_algorithm, sample_clients, derive_seed, matched_hp,
-                                  seed_everything, client_fate)
+from .federated import FedConfig, ClientResult, sample_clients, derive_seed, seed_everything, client_fate
+from .registry import make_algorithm, matched_hp
 from .hparams import hp_key
 from .evaluation import evaluate_global, personal_scores, val_view
 from .engine import start_run, make_summary, scalar_metrics

@@ -8,7 +8,8 @@ import copy, io, json, os, time, dataclasses
 from collections import OrderedDict
 from pathlib import Path
 import torch
-from .federated import FedConfig, make_algorithm, derive_seed, get_method, matched_hp, client_config
+from .federated import FedConfig, derive_seed, client_config
+from .registry import make_algorithm, get_method, matched_hp
 from .evaluation import client_scores
 from .engine import start_run
 from .guards import save_checkpoint, load_checkpoint

@@ -10,8 +10,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from fastcore.basics import patch
 from .hparams import HP
-from .federated import (Algorithm, ClientResult, register, shared, derive_seed, local_sgd, weighted_average, Plugin,
-                                  register_plugin)
+from .federated import Algorithm, ClientResult, register, shared, derive_seed, local_sgd, weighted_average
+from .registry import Plugin, register_plugin
 from .evaluation import forward_batched
 from .models import make_backbone
 from .etf import simplex_etf

@@ -4,13 +4,12 @@
 
 # %% ../nbs/15e_leaderboard.ipynb #5ccfc7b6
 from __future__ import annotations
-import os, tempfile
+import dataclasses, os, tempfile
 from pathlib import Path
 import numpy as np
 import pandas as pd
 import tomli_w
-from .commands import hp_for
-from .sweep_file import SweepSpec, load_spec, expand, _cell
+from .sweep_file import SweepSpec, load_spec, expand
 from .aggregate import runs_frame, seed_table, select_best, stable, run_label, paired_diff, paired_p, holm_adjust, fmt_diff, fmt_mean_std, save_fig, read_rows
 from .report import sweep_path, command
 
@@ -44,16 +43,16 @@ def stage2_overrides(stage1: SweepSpec, chosen: pd.DataFrame, setting: str) -> l
     ch = chosen[chosen['setting'] == setting]
     if not len(ch): raise ValueError(f"no variant was chosen in setting {setting!r}: has stage 1 finished any run there?")
     methods = [m for m in stage1.methods if m in set(ch['method'])]
-    vals = _setting_values(stage1, setting)
     seed = stage1.grid.get('seed', [stage1.base.get('seed', 0)])[0]
-    made = {(m, _cell(stage1, seed, vals, ov, m).variant): ov for ov in stage1.overrides for m in methods if m in ov.get('methods', stage1.methods)}
+    cells = {(c.cfg.method, c.variant): c for c in expand(stage1) if c.setting == setting and c.cfg.seed == seed}
     dflt = [m for m in methods if (ch.loc[ch['method'] == m, 'variant'] == '').any()]
     out = [{'methods': dflt}] if dflt else []
     for m in methods:
         for v in dict.fromkeys(ch.loc[(ch['method'] == m) & (ch['variant'] != ''), 'variant']):
-            ov = made[(m, v)]
-            fields = {k: x for k, x in ov.items() if k not in ('hp', 'label', 'methods')}
-            hp = {f'{m}.{k}': x for k, x in hp_for(m, ov.get('hp', {}), strict=False).items()}
+            if (m, '') not in cells: raise ValueError(f"stage 1 has no default cell of {m} in {setting}: its variants are read as changes to it")
+            a, d = dataclasses.asdict(cells[(m, v)].cfg), dataclasses.asdict(cells[(m, '')].cfg)
+            fields = {k: x for k, x in a.items() if k != 'hp' and x != d[k]}                  # what the variant's override changed
+            hp = {f'{m}.{k}': x for k, x in a['hp'].items() if d['hp'].get(k, object()) != x}
             out.append({'label': v, 'methods': [m], **fields, **({'hp': hp} if hp else {})})
     return out
 

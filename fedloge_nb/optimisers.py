@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from torch.func import functional_call
 from fastcore.basics import patch
 from .hparams import HP
-from .federated import (Algorithm, FedAvg, ClientResult, register, shared, local_sgd, get_method, METHODS, PLUGINS)
+from .federated import Algorithm, FedAvg, ClientResult, register, shared, local_sgd, METHODS
+from .registry import get_method, PLUGINS
 from . import baselines, baselines_lt, gmv, ecl   # the bases FedProx, FedLC and the plug-ins etf, gmv, sse_c, ecl
 
 # %% auto #0

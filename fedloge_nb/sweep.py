@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from fastcore.script import call_parse, bool_arg, store_true
-from .federated import FedConfig, make_algorithm
+from .federated import FedConfig
+from .registry import make_algorithm
 from .datasets import atomic_write
 from .engine import run_fl, last_k_means
 from .guards import save_json, save_csv, load_checkpoint, check_device, recover_checkpoint, previous_checkpoint

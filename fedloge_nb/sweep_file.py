@@ -7,7 +7,8 @@ from __future__ import annotations
 import dataclasses, itertools, json, re, tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from .federated import FedConfig, get_method
+from .federated import FedConfig
+from .registry import get_method
 from .commands import hp_for, check_names
 from .aggregate import METRICS, run_label
 

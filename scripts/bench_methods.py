@@ -10,7 +10,8 @@ the after-training stage are excluded (they are one-off costs; see `finish_time_
 import argparse, dataclasses, statistics, time
 import torch
 from fedloge_nb.data import make_fed_data
-from fedloge_nb.federated import FedConfig, make_algorithm
+from fedloge_nb.federated import FedConfig
+from fedloge_nb.registry import make_algorithm
 from fedloge_nb.engine import start_run, _train_round
 
 p = argparse.ArgumentParser()

@@ -18,7 +18,7 @@ from pathlib import Path
 NBS = Path(__file__).resolve().parent.parent/'nbs'
 METHOD = ['05_realign', '06_fedloge', '08_baselines', '08a_baselines_lt', '08b_pfl', '09_fedetf', '09a_gmv', '09b_ecl', '09c_optimisers']
 CORE = ['00_etf', '01_sse_c', '02_partition', '02a_datasets', '02b_data', '03_models', '03a_guards', '03b_evaluation',
-        '03c_hparams', '03d_paper_tables', '04_federated', '04a_engine']
+        '03c_hparams', '03d_paper_tables', '04_federated', '04_registry', '04a_engine']
 TEST_CALL = re.compile(r'\b(?:test_eq|test_close|test_fail|test_ne|test_is)\s*\(|^\s*assert\b|[;:]\s*assert\b', re.M)
 SHOW_HP = re.compile(r'^\s*(?:from\s+\S+\s+import\s+show_hp\s*)?$|^\s*show_hp\s*\(.*$|^\s*#.*$')
 

@@ -14,7 +14,8 @@ must be equal (a determinism check).
 import argparse, csv, dataclasses, sys, time, traceback
 import torch
 from fedloge_nb.data import make_fed_data
-from fedloge_nb.federated import FedConfig, METHODS, load_methods
+from fedloge_nb.federated import FedConfig, METHODS
+from fedloge_nb.registry import load_methods
 from fedloge_nb.engine import run_fl
 
 p = argparse.ArgumentParser()

@@ -11,7 +11,8 @@ import pytest
 
 from fedloge_nb.cli import main
 import fedloge_nb
-from fedloge_nb.federated import FedConfig, get_method, make_algorithm, METHODS, KINDS, load_methods, METHOD_MODULES
+from fedloge_nb.federated import FedConfig, METHODS, KINDS
+from fedloge_nb.registry import get_method, make_algorithm, load_methods, METHOD_MODULES
 from fedloge_nb.engine import run_fl
 
 load_methods()                                       # raises if a method module does not import

@@ -17,13 +17,13 @@ PKG = 'fedloge_nb'
 LAYERS = {
     'core':        {'datasets', 'partition', 'data', 'etf', 'sse_c', 'hparams', 'guards', 'evaluation', 'paper_tables', 'monitor'},
     'models':      {'models'},
-    'engine':      {'federated', 'engine'},
+    'engine':      {'federated', 'registry', 'engine'},
     'methods':     {'fedloge', 'realign', 'baselines', 'baselines_lt', 'optimisers', 'pfl', 'fedetf', 'gmv', 'ecl',
                     'feddyn', 'fedmmd', 'fedrs', 'fedaws', 'ccvr', 'fednh', 'creff', 'clip2fl', 'fedgrab', 'rucr', 'fedyoyo', 'fedrela',
                     'fednpc', 'fedic'},
     'registry':    {'commands'},    # what commands are built from (COMMANDS, BACKENDS, --hp, config flags): below every module that registers one
     'experiments': {'analysis', 'pruning', 'tsne', 'norms', 'realign_analysis', 'analysis_runs', 'aggregate', 'sweep_file',
-                    'sweep', 'report', 'budget', 'ablations', 'clients_report'},
+                    'sweep', 'report', 'budget', 'ablations', 'clients_report', 'leaderboard'},
     'commands':    {'cli'},
     'flower':      {'flower_client', 'flower', 'flower_simulation', 'flower_deploy'},
 }

@@ -1,7 +1,8 @@
 """Validation split, selection on validation only, and the matched post-training budget, across every registered method."""
 import dataclasses, json
 import pytest, torch
-from fedloge_nb.federated import FedConfig, METHODS, load_methods, make_algorithm, matched_hp, Algorithm
+from fedloge_nb.federated import FedConfig, METHODS, Algorithm
+from fedloge_nb.registry import load_methods, make_algorithm, matched_hp
 from fedloge_nb.engine import start_run, run_fl
 from fedloge_nb.data import make_fed_data
 

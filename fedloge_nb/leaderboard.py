@@ -4,19 +4,19 @@
 
 # %% ../nbs/15e_leaderboard.ipynb #5ccfc7b6
 from __future__ import annotations
-import dataclasses, os, tempfile
+import dataclasses, json, os, tempfile
 from pathlib import Path
 import numpy as np
 import pandas as pd
 import tomli_w
-from .sweep_file import SweepSpec, load_spec, expand
-from .aggregate import runs_frame, seed_table, select_best, stable, run_label, paired_diff, paired_p, holm_adjust, fmt_diff, fmt_mean_std, save_fig, read_rows
-from .report import sweep_path, command
+from .sweep_file import SweepSpec, load_spec, parse_spec, expand
+from .aggregate import runs_frame, seed_table, select_best, stable, run_label, diff_interval, paired_p, holm_adjust, fmt_diff, fmt_mean_std, save_fig, read_rows
+from .report import sweep_path, command, repo_root
 
 # %% auto #0
 __all__ = ['SELECT', 'LB_COLORS', 'LEADERBOARDS', 'chosen_variants', 'stage2_overrides', 'stage2_spec', 'write_stage2',
-           'leaderboard_table', 'fmt_p', 'leaderboard_markdown', 'plot_leaderboard', 'leaderboard_report',
-           'show_leaderboard']
+           'leaderboard_table', 'fmt_p', 'leaderboard_markdown', 'plot_leaderboard', 'chosen_from_meta',
+           'leaderboard_report', 'show_leaderboard']
 
 # %% ../nbs/15e_leaderboard.ipynb #ddad85fb
 SELECT = (('val_gm_acc', 'gm_acc', 'GM'), ('val_pm_acc', 'pm_acc', 'PM'))   # (validation metric that chooses, test metric reported, column)
@@ -31,12 +31,16 @@ def chosen_variants(rows, select=SELECT) -> pd.DataFrame:
     return pd.DataFrame(out, columns=['setting', 'column', 'metric', 'method', 'variant', 'label', 'val', 'chosen_on'])
 
 # %% ../nbs/15e_leaderboard.ipynb #6a3115d5
+def _setting_cells(stage1: SweepSpec, setting: str) -> list:
+    "Stage 1's cells of the setting named `setting` (a ValueError naming the settings when there is none)."
+    cells = [c for c in expand(stage1) if c.setting == setting]
+    if not cells: raise ValueError(f"{setting!r} is not a setting of sweep {stage1.name!r}: its settings are {sorted({c.setting for c in expand(stage1)})}")
+    return cells
+
 def _setting_values(stage1: SweepSpec, setting: str) -> dict:
     "The values of stage 1's swept fields (other than method and seed) in its setting named `setting`."
-    keys = [k for k in stage1.grid if k not in ('method', 'seed')]
-    for c in expand(stage1):
-        if c.setting == setting: return {k: getattr(c.cfg, k) for k in keys}
-    raise ValueError(f"{setting!r} is not a setting of sweep {stage1.name!r}: its settings are {sorted({c.setting for c in expand(stage1)})}")
+    c = _setting_cells(stage1, setting)[0]
+    return {k: getattr(c.cfg, k) for k in stage1.grid if k not in ('method', 'seed')}
 
 def stage2_overrides(stage1: SweepSpec, chosen: pd.DataFrame, setting: str) -> list:
     "The overrides of stage 2 in `setting`: the methods chosen at their default, then each chosen non-default variant limited to its method."
@@ -44,7 +48,7 @@ def stage2_overrides(stage1: SweepSpec, chosen: pd.DataFrame, setting: str) -> l
     if not len(ch): raise ValueError(f"no variant was chosen in setting {setting!r}: has stage 1 finished any run there?")
     methods = [m for m in stage1.methods if m in set(ch['method'])]
     seed = stage1.grid.get('seed', [stage1.base.get('seed', 0)])[0]
-    cells = {(c.cfg.method, c.variant): c for c in expand(stage1) if c.setting == setting and c.cfg.seed == seed}
+    cells = {(c.cfg.method, c.variant): c for c in _setting_cells(stage1, setting) if c.cfg.seed == seed}
     dflt = [m for m in methods if (ch.loc[ch['method'] == m, 'variant'] == '').any()]
     out = [{'methods': dflt}] if dflt else []
     for m in methods:
@@ -57,26 +61,37 @@ def stage2_overrides(stage1: SweepSpec, chosen: pd.DataFrame, setting: str) -> l
     return out
 
 # %% ../nbs/15e_leaderboard.ipynb #1bf059e2
+def _key(cfg) -> str: return json.dumps({k: v for k, v in cfg.key().items() if k != 'seed'}, sort_keys=True)
+
 def stage2_spec(stage1_path, rows, setting: str, seeds=(0, 1, 2, 3, 4), name: str | None = None, command: str = '') -> dict:
-    "Stage 2's sweep (a dict, as TOML would read it) for `setting` of the stage-1 sweep file `stage1_path`, from stage 1's `rows` (results.csv)."
+    "Stage 2's sweep (a dict, as TOML would read it) for `setting` of the stage-1 sweep file `stage1_path`, from stage 1's `rows` (results.csv); checked to rebuild the chosen cells."
     s1 = load_spec(stage1_path)
     ch = chosen_variants(rows)
     ovs = stage2_overrides(s1, ch, setting)
     methods = [m for m in s1.methods if any(m in o['methods'] for o in ovs)]
-    used = {m for o in ovs for m in o['methods']}
     ch = ch[ch['setting'] == setting]
     picks = {col: {r['method']: r['variant'] or 'default' for _, r in ch[ch['column'] == col].iterrows()} for col in ch['column'].unique()}
+    out = [m for m in s1.methods if m not in methods]                    # every stage-1 variant failed (or none ran): out, and said so
+    swept = {k: [v] for k, v in _setting_values(s1, setting).items()}    # one-value lists: the setting keeps stage 1's name
+    chosen = {(r['method'], r['variant']) for _, r in ch.iterrows()}
+    cells1 = [c for c in _setting_cells(s1, setting) if (c.cfg.method, c.variant) in chosen]
+    when = sorted({i for c in cells1 for i in c.when})                  # the [[when]] tables that set part of a chosen cell
     d = dict(name=name or f'{s1.name}_stage2', description=f"Stage 2 of {s1.name}, setting {setting}: each method at the variant(s) chosen on validation in stage 1, seeds {list(seeds)}.",
-             base={**s1.base, **_setting_values(s1, setting)}, grid=dict(methods=methods, seeds=list(seeds), overrides=ovs))
+             base={k: v for k, v in s1.base.items() if k != 'seed'}, grid=dict(**swept, methods=methods, seeds=list(seeds), overrides=ovs))
+    used = {m for o in ovs for m in o['methods']}
     if s1.hp: d['hp'] = {m: h for m, h in s1.hp.items() if m in used}
+    if when: d['when'] = [s1.when[i] for i in when]
     d['report'] = {k: v for k, v in s1.report.items() if k not in ('select', 'reference')}
     d['meta'] = dict(stage1=s1.name, setting=setting, chosen_on_seeds=sorted({int(x) for x in runs_frame(rows)['seed'].dropna()}),
                      rule="per method, the variant with the best stage-1 mean of the last validation evaluations: val_gm_acc for GM, val_pm_acc for PM; ties to the default",
-                     **{f'chosen_{c.lower()}': v for c, v in picks.items()}, **({'command': command} if command else {}))
+                     **{f'chosen_{c.lower()}': v for c, v in picks.items()}, **({'out_of_stage1': out} if out else {}), **({'command': command} if command else {}))
+    want = {_key(c.cfg) for c in cells1}                                 # stage 2's cells are stage 1's chosen ones, another seed
+    got = {_key(c.cfg) for c in expand(parse_spec(json.loads(json.dumps(d)), d['name']))}
+    if got != want: raise ValueError(f"stage 2 of {setting} would not rebuild stage 1's chosen cells: {len(got - want)} new config(s), {len(want - got)} missing")
     return d
 
 def write_stage2(stage1_path, rows, setting: str, out_path, seeds=(0, 1, 2, 3, 4), name: str | None = None, command: str = '') -> SweepSpec:
-    "Write stage 2's sweep file for `setting` to `out_path` (atomically), check it by loading it back, and return it."
+    "Write stage 2's sweep file for `setting` to `out_path` (atomically, after `stage2_spec`'s checks), and return it as loaded back."
     d = stage2_spec(stage1_path, rows, setting, seeds, name or Path(out_path).stem, command)
     head = f"# Generated from {Path(stage1_path).name} by fedloge_nb.leaderboard.write_stage2: do not edit by hand, re-make it.\n"
     out = Path(out_path); out.parent.mkdir(parents=True, exist_ok=True)
@@ -88,32 +103,36 @@ def write_stage2(stage1_path, rows, setting: str, out_path, seeds=(0, 1, 2, 3, 4
 # %% ../nbs/15e_leaderboard.ipynb #69b4318c
 def leaderboard_table(rows, column: str = 'GM', chosen: pd.DataFrame | None = None, setting: str | None = None,
                       select=SELECT, alpha: float = 0.05) -> pd.DataFrame:
-    "Stage 2's `column` as a ranked table: per method its chosen label, n, mean ± std; best minus it paired per seed, 95% interval, p, Holm p, verdict."
+    "Stage 2's `column` ranked on the seeds every listed method finished: mean ± std; best minus it per seed, 95% interval, p, Holm p, verdict; methods without a finished seed last."
     by, metric = next((b, m) for b, m, c in select if c == column)
     df = runs_frame(rows)
     if setting is not None: df = df[df['setting'] == setting]
     tab = seed_table(df, metric, ('label',))
     if chosen is not None:
         ch = chosen[(chosen['column'] == column) & ((chosen['setting'] == setting) if setting is not None else True)]
-        labels = [l for l in ch['label'] if l in tab.columns]
+        labels = list(dict.fromkeys(ch['label']))
     else: labels = list(tab.columns)
-    if not labels: return pd.DataFrame()
-    means = {l: float(tab[l].dropna().mean()) for l in labels}
-    order = sorted(labels, key=lambda l: -means[l]); best = order[0]
+    ran = [l for l in labels if l in tab.columns and tab[l].notna().any()]
+    if not ran: return pd.DataFrame()
+    common = tab[ran].dropna()                                           # the seeds every ranked method finished: one set for means and pairs
+    means = {l: float(common[l].mean()) if len(common) else float('nan') for l in ran}
+    order = sorted(ran, key=lambda l: -means[l]); best = order[0]
     out = []
     for l in order:
-        v = tab[l].dropna()
-        d = paired_diff(df, best, l, metric) if l != best else None
-        out.append(dict(label=l, method=l.split(' ')[0], variant=l.partition(' ')[2], n=len(v), mean=means[l],
-                        std=float(v.std(ddof=1)) if len(v) > 1 else None, **{f'd_{k}': (d or {}).get(k) for k in ('n', 'mean', 'lo', 'hi', 'std')},
-                        diffs=(d or {}).get('diffs', []), p=paired_p(d) if d else None))
+        d = diff_interval(common[best] - common[l]) if l != best else {}
+        dd = (common[best] - common[l]).tolist() if l != best else []
+        out.append(dict(label=l, method=l.split(' ')[0], variant=l.partition(' ')[2], n=len(common), mean=means[l],
+                        std=float(common[l].std(ddof=1)) if len(common) > 1 else None, **{f'd_{k}': d.get(k) for k in ('n', 'mean', 'lo', 'hi', 'std')},
+                        diffs=dd, p=paired_p(d) if d else None))
+    out += [dict(label=l, method=l.split(' ')[0], variant=l.partition(' ')[2], n=0, mean=None, std=None, diffs=[], p=None) for l in labels if l not in ran]
     t = pd.DataFrame(out)
     t['p_holm'] = holm_adjust([None if p is None or pd.isna(p) else p for p in t['p']])
-    t['verdict_raw'] = ['best' if i == 0 else ('n < 2' if r['p'] is None or pd.isna(r['p']) else ('below' if r['p'] < alpha else 'tied'))
-                        for i, (_, r) in enumerate(t.iterrows())]
-    t['verdict'] = ['best' if i == 0 else ('n < 2' if r['p_holm'] is None or pd.isna(r['p_holm']) else
-                                           ('below the best' if r['p_holm'] < alpha else 'tied with the best')) for i, (_, r) in enumerate(t.iterrows())]
-    t.insert(0, 'rank', range(1, len(t) + 1))
+    below = lambda r, p: p is not None and not pd.isna(p) and p < alpha and r['d_mean'] > 0
+    t['verdict_raw'] = ['best' if i == 0 else ('no finished seed' if r['n'] == 0 else ('n < 2' if r['p'] is None or pd.isna(r['p']) else
+                        ('below' if below(r, r['p']) else 'tied'))) for i, (_, r) in enumerate(t.iterrows())]
+    t['verdict'] = ['best' if i == 0 else ('no finished seed' if r['n'] == 0 else ('n < 2' if r['p_holm'] is None or pd.isna(r['p_holm']) else
+                    ('below the best' if below(r, r['p_holm']) else 'tied with the best'))) for i, (_, r) in enumerate(t.iterrows())]
+    t.insert(0, 'rank', [i + 1 if r['n'] else None for i, (_, r) in enumerate(t.iterrows())])
     return t
 
 # %% ../nbs/15e_leaderboard.ipynb #f03e35d5
@@ -128,13 +147,13 @@ def leaderboard_markdown(t: pd.DataFrame) -> str:
              '|---|---|---|---|---|---|---|---|']
     for _, r in t.iterrows():
         d = '-' if r['rank'] == 1 else fmt_diff(dict(mean=r['d_mean'], lo=r['d_lo'], hi=r['d_hi']))
-        lines.append(f"| {r['rank']} | {r['method']}{f' ({r.variant})' if r['variant'] else ''} | {r['n']} | {fmt_mean_std(r['mean'], r['std'])} | {d} | "
+        lines.append(f"| {'-' if pd.isna(r['rank']) else int(r['rank'])} | {r['method']}{f' ({r.variant})' if r['variant'] else ''} | {r['n']} | {fmt_mean_std(r['mean'], r['std'])} | {d} | "
                      f"{f(r['p'])} | {f(r['p_holm'])} | {'**' + r['verdict'] + '**' if r['verdict'] == 'best' else r['verdict']}"
                      f"{' (uncorrected: below)' if r['verdict_raw'] == 'below' and r['verdict'] != 'below the best' else ''} |")
     return '\n'.join(lines)
 
 # %% ../nbs/15e_leaderboard.ipynb #bba4c569
-LB_COLORS = {'below the best': '#d73027', 'tied with the best': '#4575b4', 'best': 'k', 'n < 2': '0.5'}
+LB_COLORS = {'below the best': '#d73027', 'tied with the best': '#4575b4', 'best': 'k', 'n < 2': '0.5', 'no finished seed': '0.5'}
 
 def plot_leaderboard(t: pd.DataFrame, path=None, title: str = '', metric_name: str = 'accuracy'):
     "Forest plot of a leaderboard table: each method minus the best per seed (dots), mean and 95% interval, coloured by the Holm verdict."
@@ -147,8 +166,8 @@ def plot_leaderboard(t: pd.DataFrame, path=None, title: str = '', metric_name: s
         dx = -np.asarray(r['diffs'], dtype=float)                      # the method minus the best: left of zero is behind
         if len(dx): ax.scatter(dx, np.full(len(dx), y) + 0.12 * (np.arange(len(dx)) % 3 - 1), s=10, color='0.6', zorder=2)
         if r['d_lo'] is not None and not pd.isna(r['d_lo']): ax.hlines(y, -r['d_hi'], -r['d_lo'], color=c, lw=3, zorder=3)
-        ax.plot(0 if r['rank'] == 1 else -r['d_mean'], y, 'D', color=c, ms=6, zorder=4)
-        ax.annotate(r['verdict'] + (f"  (Holm p {fmt_p(r['p_holm'])})" if r['rank'] > 1 else ''),
+        if r['rank'] == 1 or (r['d_mean'] is not None and not pd.isna(r['d_mean'])): ax.plot(0 if r['rank'] == 1 else -r['d_mean'], y, 'D', color=c, ms=6, zorder=4)
+        ax.annotate(r['verdict'] + (f"  (Holm p {fmt_p(r['p_holm'])})" if r['n'] and r['rank'] > 1 else ''),
                     xy=(1.02, y), xycoords=('axes fraction', 'data'), va='center', fontsize=8.5, color=c)
     ax.axvline(0, color='k', lw=1, zorder=1)
     ax.set_yticks(ys, [f"{r['method']}{f' ({r.variant})' if r['variant'] else ''}: {fmt_mean_std(r['mean'], r['std'])}" for _, r in t.iterrows()], fontsize=8.5)
@@ -167,23 +186,30 @@ def _progress(rows) -> str:
     df = runs_frame(rows)
     return f"{int((df['status'] == 'ok').sum())} of {len(df)} cells finished" + (f", {int((df['status'] == 'failed').sum())} failed" if (df['status'] == 'failed').any() else '')
 
-def leaderboard_report(name: str, sweeps=None) -> dict:
-    "Stage 1's progress and choices for leaderboard `name` (LEADERBOARDS) and, once stage 2 has run, its GM and PM tables."
+def chosen_from_meta(meta: dict, setting: str) -> pd.DataFrame:
+    "The choices a stage-2 file records (`[meta] chosen_gm` / `chosen_pm`, 'default' for no variant) as `chosen_variants` rows."
+    out = [dict(setting=setting, column=col, metric=m, method=k, variant='' if v == 'default' else v, label=k + ('' if v == 'default' else f' {v}'))
+           for _, m, col in SELECT for k, v in meta.get(f'chosen_{col.lower()}', {}).items()]
+    return pd.DataFrame(out, columns=['setting', 'column', 'metric', 'method', 'variant', 'label'])
+
+def leaderboard_report(name: str, sweeps=None, experiments=None) -> dict:
+    "Stage 1's progress and choices for leaderboard `name` (LEADERBOARDS) and, once stage 2 has run, its GM and PM tables (the choices as the stage-2 file records them)."
     s1, setting, words = LEADERBOARDS[name]
     p1, p2 = sweep_path(s1, 'results', sweeps), sweep_path(name, 'results', sweeps)
+    f2 = Path(experiments or repo_root()/'experiments')/f'{name}.toml'
     rows1 = [r for r in read_rows(p1) if r.get('setting') == setting] if p1.exists() else []
     rows2 = read_rows(p2) if p2.exists() else []
-    chosen = chosen_variants(rows1) if rows1 else None
+    chosen = chosen_from_meta(load_spec(f2).meta, setting) if f2.exists() else (chosen_variants(rows1) if rows1 else None)
     tables = {c: leaderboard_table(rows2, c, chosen, setting) for _, _, c in SELECT} if rows2 and chosen is not None else {}
     return dict(name=name, stage1=s1, setting=setting, words=words, stage1_progress=_progress(rows1) if rows1 else 'not run',
                 stage2_progress=_progress(rows2) if rows2 else 'not run', chosen=chosen, tables=tables)
 
 # %% ../nbs/15e_leaderboard.ipynb #d389d76c
-def show_leaderboard(name: str, sweeps=None, save: bool = True):
+def show_leaderboard(name: str, sweeps=None, save: bool = True, experiments=None):
     "Display leaderboard `name`: both stages' progress, then per column the ranked table and its forest plot (saved in the stage-2 sweep's plots/)."
     from IPython.display import display, Markdown
     import matplotlib.pyplot as plt
-    r = leaderboard_report(name, sweeps)
+    r = leaderboard_report(name, sweeps, experiments)
     display(Markdown(f"### {r['words']}\n\nStage 1 (`{r['stage1']}`, setting `{r['setting']}`): {r['stage1_progress']}. "
                      f"Stage 2 (`{name}`): {r['stage2_progress']}."))
     if not r['tables']:

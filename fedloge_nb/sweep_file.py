@@ -247,6 +247,8 @@ def expand(spec: SweepSpec) -> list:
         seen[c.name] = key; cells.append(c)
     if len(set(seen.values())) != len(seen):
         raise ValueError("two cells of the sweep have the same config under different names: remove the duplicate override")
+    if idle := [m for m in spec.methods if m not in {c.cfg.method for c in cells}]:
+        raise ValueError(f"method {idle[0]!r} of the grid is in no override's methods: add it to one, or remove it from the grid")
     hit = {i for c in cells for i in c.when}
     for i, w in enumerate(spec.when):
         if i not in hit: raise ValueError(f"[[when]] #{i} (if = {w['if']}) matches no cell of the grid: check its fields and values")

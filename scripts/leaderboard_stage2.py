@@ -11,7 +11,7 @@ import shlex, sys
 from pathlib import Path
 from fastcore.script import call_parse
 from fedloge_nb.aggregate import read_rows
-from fedloge_nb.sweep_file import load_spec
+from fedloge_nb.sweep_file import load_spec, expand
 from fedloge_nb.leaderboard import write_stage2
 
 @call_parse
@@ -23,10 +23,13 @@ def main(stage1: str,            # stage 1's sweep file
     spec = load_spec(stage1)
     res = Path(spec.out or f'results/sweeps/{spec.name}')/'results.csv'
     if not res.exists(): sys.exit(f"no {res}: run stage 1 first (fedloge_nb sweep {stage1})")
-    rows = [r for r in read_rows(res) if r.get('setting') == setting]
-    if not rows: sys.exit(f"{res} has no cell of setting {setting!r}; its settings: {sorted({r.get('setting') for r in read_rows(res)})}")
-    pending = [r['cell'] for r in rows if r.get('status') not in ('ok', 'failed')]
+    cells = [c.name for c in expand(spec) if c.setting == setting]          # the cells the file has now (rows of removed ones are not read)
+    if not cells: sys.exit(f"{stage1} has no setting {setting!r}; its settings: {sorted({c.setting for c in expand(spec)})}")
+    status = {r['cell']: r.get('status') for r in read_rows(res)}
+    rows = [r for r in read_rows(res) if r['cell'] in set(cells)]
+    pending = [c for c in cells if status.get(c) not in ('ok', 'failed')]
     if pending and not partial: sys.exit(f"{len(pending)} stage-1 cell(s) of {setting} not finished (e.g. {pending[0]}): finish stage 1 or pass --partial")
     cmd = ' '.join(['.venv/bin/python', 'scripts/leaderboard_stage2.py'] + [shlex.quote(a) for a in sys.argv[1:]])
     s2 = write_stage2(stage1, rows, setting, out, [int(s) for s in seeds.split(',')], command=cmd)
     print(f"wrote {out}: {len(s2.methods)} methods, {len(s2.overrides)} overrides; chosen GM {s2.meta.get('chosen_gm')}; chosen PM {s2.meta.get('chosen_pm')}")
+    if s2.meta.get('out_of_stage1'): print(f"out (no stage-1 variant finished: all failed, or none ran yet): {', '.join(s2.meta['out_of_stage1'])}")

@@ -1,5 +1,6 @@
-"""Flower backend: the same GM/PM numbers as the in-process engine (one Ray simulation for three methods and a killed
-job resumed), and the CLI's input checks."""
+"""Flower backend: the same GM/PM numbers as the in-process engine (one Ray simulation for two methods and a killed
+job resumed), and the CLI's input checks. (FedAvg, the simplest case, is left to tests/test_flower_methods.py, which
+checks every method's message rounds against the engine without Ray; each job here adds to the Ray simulation's cost.)"""
 import csv, dataclasses, json, math, os, signal, subprocess, sys
 from pathlib import Path
 import pytest
@@ -7,7 +8,7 @@ from fedloge_nb.federated import FedConfig
 from fedloge_nb.engine import run_fl
 from fedloge_nb.flower_simulation import run_flower
 
-METHODS = ['fedavg', 'fedloge', 'fedrep']          # generic, FedLoGe (realignment + finetuning stages), personalised
+METHODS = ['fedloge', 'fedrep']          # generic with client state (realignment + finetuning stages), personalised
 TINY = ['--dataset', 'digits', '--imb_factor', '10', '--clients', '3', '--model', 'mlp', '--rounds', '1']
 
 
@@ -38,7 +39,7 @@ def _kill_in_round_3(cfg, out):
 
 
 def test_flower_simulation_equals_local_engine(tmp_path):
-    """Three methods in one Ray simulation give the local engine's numbers; in the same simulation, a FedLoGe job killed
+    """Two methods in one Ray simulation give the local engine's numbers; in the same simulation, a FedLoGe job killed
     in round 3 (SIGKILL, see `_kill_in_round_3`) resumes from its round-2 checkpoint (`resume=[..., True]`) to the
     numbers of an uninterrupted run."""
     from fedloge_nb.guards import load_checkpoint, save_checkpoint

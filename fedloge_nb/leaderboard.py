@@ -4,7 +4,7 @@
 
 # %% ../nbs/15e_leaderboard.ipynb #5ccfc7b6
 from __future__ import annotations
-import dataclasses, json, os, tempfile
+import dataclasses, json
 from pathlib import Path
 import numpy as np
 import pandas as pd
@@ -12,6 +12,8 @@ import tomli_w
 from .sweep_file import SweepSpec, load_spec, parse_spec, expand
 from .aggregate import runs_frame, seed_table, select_best, stable, run_label, diff_interval, paired_p, holm_adjust, fmt_diff, fmt_mean_std, save_fig, read_rows
 from .report import sweep_path, command, repo_root
+from .datasets import atomic_write
+from .guards import disk_guard
 
 # %% auto #0
 __all__ = ['SELECT', 'LB_COLORS', 'LEADERBOARDS', 'chosen_variants', 'stage2_overrides', 'stage2_spec', 'write_stage2',
@@ -94,11 +96,8 @@ def write_stage2(stage1_path, rows, setting: str, out_path, seeds=(0, 1, 2, 3, 4
     "Write stage 2's sweep file for `setting` to `out_path` (atomically, after `stage2_spec`'s checks), and return it as loaded back."
     d = stage2_spec(stage1_path, rows, setting, seeds, name or Path(out_path).stem, command)
     head = f"# Generated from {Path(stage1_path).name} by fedloge_nb.leaderboard.write_stage2: do not edit by hand, re-make it.\n"
-    out = Path(out_path); out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, suffix='.tmp')
-    with os.fdopen(fd, 'w') as f: f.write(head + tomli_w.dumps(d))
-    os.replace(tmp, out)
-    return load_spec(out)
+    with disk_guard(out_path): atomic_write(out_path, head + tomli_w.dumps(d))
+    return load_spec(out_path)
 
 # %% ../nbs/15e_leaderboard.ipynb #69b4318c
 def leaderboard_table(rows, column: str = 'GM', chosen: pd.DataFrame | None = None, setting: str | None = None,
@@ -119,8 +118,8 @@ def leaderboard_table(rows, column: str = 'GM', chosen: pd.DataFrame | None = No
     order = sorted(ran, key=lambda l: -means[l]); best = order[0]
     out = []
     for l in order:
-        d = diff_interval(common[best] - common[l]) if l != best else {}
         dd = (common[best] - common[l]).tolist() if l != best else []
+        d = diff_interval(dd) if l != best else {}
         out.append(dict(label=l, method=l.split(' ')[0], variant=l.partition(' ')[2], n=len(common), mean=means[l],
                         std=float(common[l].std(ddof=1)) if len(common) > 1 else None, **{f'd_{k}': d.get(k) for k in ('n', 'mean', 'lo', 'hi', 'std')},
                         diffs=dd, p=paired_p(d) if d else None))

@@ -24,10 +24,11 @@ FAST_HP = {'fedloge': {'sse_steps': 50, 'sse_lr': 0.01},  # speed only: FedLoGe'
            'creff': {'feat_per_class': 20, 'crt_epochs': 20},   # CReFF's classifier re-training 300 epochs every round,
            'clip2fl': {'feat_per_class': 20, 'crt_epochs': 20, 'teacher': 'fedloge_nb.clip2fl:ncm_teacher'},   # and CLIP2FL's (a teacher: CLIP's weights are not here),
            'fedic': {'ft_steps': 5, 'calib_steps': 5, 'distill_steps': 5}}   # FedIC's three server stages 100 steps each
-MODEL = {'fedbn': 'resnet8'}                          # resume: FedBN's local BatchNorm state needs a model with BatchNorm
+MODEL = {'fedbn': 'resnet8'}                          # FedBN's local BatchNorm state (resumed) needs a model with BatchNorm
 DATA = {'fedic': {'server_per_class': 5}}             # FedIC distils on a class-balanced labelled server set
 TINY = ['--dataset', 'digits', '--imb_factor', '10', '--clients', '4', '--frac', '0.5', '--model', 'mlp',
         '--batch_size', '16', '--lr', '0.05', '--progress', 'false']
+tiny = lambda method: [MODEL.get(method, a) if a == 'mlp' else a for a in TINY]   # TINY with the method's model
 BIN = Path(sys.executable).parent / 'fedloge_nb'
 
 
@@ -61,11 +62,17 @@ def hp_args(method):
     return ['--hp', ','.join(f'{k}={v}' for k, v in FAST_HP[method].items())] if method in FAST_HP else []
 
 
+class _Stop(Exception): pass
+
+
 @pytest.mark.parametrize('method', ALL)
-def test_run_every_method(method, tmp_path, capsys):
+def test_every_method_runs_and_resumes(method, tmp_path, capsys):
+    """Each method through `fedloge_nb run` (2 rounds, checkpoints every round); then the same config (read back from the
+    run's config.json) dies in round 2, after round 1's checkpoint, and resumes to the run's numbers."""
     out = tmp_path / method
     data = [a for k, v in DATA.get(method, {}).items() for a in (f'--{k}', str(v))]
-    main(['run', '--method', method, *TINY, *data, '--rounds', '2', '--eval_every', '1', '--out', str(out), *hp_args(method)])
+    main(['run', '--method', method, *tiny(method), *data, '--rounds', '2', '--eval_every', '1',
+          '--ckpt_every', '1', '--out', str(out), *hp_args(method)])
     s = json.loads((out / 'summary.json').read_text())
     assert s['method'] == method and s['rounds'] == 2
     assert (s['gm_acc'] is None) == (method in NO_GM)
@@ -74,6 +81,16 @@ def test_run_every_method(method, tmp_path, capsys):
     assert len((out / 'history.csv').read_text().splitlines()) == 3       # header + rounds 1, 2
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert printed['method'] == method and ('gm_acc' in printed) == (method not in NO_GM)
+    cfg = FedConfig(**json.loads((out / 'config.json').read_text())['config'], eval_every=1, ckpt_every=1)   # + the run-location fields
+    algo, cut = make_algorithm(cfg), tmp_path / 'cut'; agg = algo.aggregate
+    def dying(gstate, results):
+        if (cut / 'checkpoint.pt').exists(): raise _Stop()                 # dies in round 2, after round 1's checkpoint
+        return agg(gstate, results)
+    algo.aggregate = dying
+    with pytest.raises(_Stop): run_fl(cfg, out=cut, progress=False, algo=algo)
+    assert not (cut / 'summary.json').exists()
+    resumed = run_fl(cfg, out=cut, resume=True, progress=False)
+    assert metrics(resumed.summary) == metrics(s)
 
 
 SERVER = ['--server_per_class', '5']                 # every method of the comparison gets the same split, FedIC's server set held out
@@ -123,24 +140,3 @@ def test_unknown_method_lists_every_method():
 def test_bad_hyperparameters_exit_2(args, msg, tmp_path, main_in_process):
     code, _, se = main_in_process(*args, *TINY, '--rounds', '1', '--out', tmp_path / 'x')
     assert code == 2 and msg in se, (code, se)
-
-
-class _Stop(Exception): pass
-
-
-@pytest.mark.parametrize('method', ALL)
-def test_interrupted_run_resumes_to_the_same_numbers(method, tmp_path):
-    cfg = FedConfig(method=method, dataset='digits', imb_factor=10, clients=4, model=MODEL.get(method, 'mlp'), frac=0.5,
-                    rounds=3, batch_size=16, lr=0.05, eval_every=1, ckpt_every=1, device='cpu', hp=FAST_HP.get(method, {}),
-                    **DATA.get(method, {}))
-    full = run_fl(cfg, out=tmp_path / 'full', progress=False)
-    algo = make_algorithm(cfg); calls = {'n': 0}; agg = algo.aggregate
-    def dying(gstate, results):
-        calls['n'] += 1
-        if calls['n'] == 3: raise _Stop()                                  # dies in round 3, after round 2's checkpoint
-        return agg(gstate, results)
-    algo.aggregate = dying
-    with pytest.raises(_Stop): run_fl(cfg, out=tmp_path / 'cut', progress=False, algo=algo)
-    assert not (tmp_path / 'cut' / 'summary.json').exists()
-    resumed = run_fl(cfg, out=tmp_path / 'cut', resume=True, progress=False)
-    assert metrics(resumed.summary) == metrics(full.summary)

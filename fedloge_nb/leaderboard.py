@@ -200,8 +200,9 @@ def leaderboard_report(name: str, sweeps=None, experiments=None) -> dict:
     rows2 = read_rows(p2) if p2.exists() else []
     chosen = chosen_from_meta(load_spec(f2).meta, setting) if f2.exists() else (chosen_variants(rows1) if rows1 else None)
     tables = {c: leaderboard_table(rows2, c, chosen, setting) for _, _, c in SELECT} if rows2 and chosen is not None else {}
+    written = f"written (`experiments/{name}.toml`, {len(expand(load_spec(f2)))} cells), none finished yet" if f2.exists() else 'not written'
     return dict(name=name, stage1=s1, setting=setting, words=words, stage1_progress=_progress(rows1) if rows1 else 'not run',
-                stage2_progress=_progress(rows2) if rows2 else 'not run', chosen=chosen, tables=tables)
+                stage2_progress=_progress(rows2) if rows2 else written, written=f2.exists(), chosen=chosen, tables=tables)
 
 # %% ../nbs/15e_leaderboard.ipynb #d389d76c
 def show_leaderboard(name: str, sweeps=None, save: bool = True, experiments=None):
@@ -212,7 +213,7 @@ def show_leaderboard(name: str, sweeps=None, save: bool = True, experiments=None
     display(Markdown(f"### {r['words']}\n\nStage 1 (`{r['stage1']}`, setting `{r['setting']}`): {r['stage1_progress']}. "
                      f"Stage 2 (`{name}`): {r['stage2_progress']}."))
     if not r['tables']:
-        display(Markdown(f"Stage 2 has not run: write it with `scripts/leaderboard_stage2.py` once stage 1 is complete, then `{command(name)}`.")); return r
+        display(Markdown(f"Stage 2 has not run: {'run it with' if r['written'] else 'write it with `scripts/leaderboard_stage2.py` once stage 1 is complete, then'} `{command(name)}`.")); return r
     for col, t in r['tables'].items():
         if not len(t): continue
         display(Markdown(f"**{col}** (each method at the variant chosen on validation for {col}; seeds: n)\n\n" + leaderboard_markdown(t)))

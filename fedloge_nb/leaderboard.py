@@ -198,11 +198,13 @@ def leaderboard_report(name: str, sweeps=None, experiments=None) -> dict:
     f2 = Path(experiments or repo_root()/'experiments')/f'{name}.toml'
     rows1 = [r for r in read_rows(p1) if r.get('setting') == setting] if p1.exists() else []
     rows2 = read_rows(p2) if p2.exists() else []
-    chosen = chosen_from_meta(load_spec(f2).meta, setting) if f2.exists() else (chosen_variants(rows1) if rows1 else None)
+    spec2 = load_spec(f2) if f2.exists() else None
+    chosen = chosen_from_meta(spec2.meta, setting) if spec2 else (chosen_variants(rows1) if rows1 else None)
     tables = {c: leaderboard_table(rows2, c, chosen, setting) for _, _, c in SELECT} if rows2 and chosen is not None else {}
-    written = f"written (`experiments/{name}.toml`, {len(expand(load_spec(f2)))} cells), none finished yet" if f2.exists() else 'not written'
+    progress2 = (_progress(rows2) if rows2 else f"written (`experiments/{name}.toml`, {len(expand(spec2))} cells), none finished yet" if spec2
+                 else 'not written')
     return dict(name=name, stage1=s1, setting=setting, words=words, stage1_progress=_progress(rows1) if rows1 else 'not run',
-                stage2_progress=_progress(rows2) if rows2 else written, written=f2.exists(), chosen=chosen, tables=tables)
+                stage2_progress=progress2, written=spec2 is not None, chosen=chosen, tables=tables)
 
 # %% ../nbs/15e_leaderboard.ipynb #d389d76c
 def show_leaderboard(name: str, sweeps=None, save: bool = True, experiments=None):

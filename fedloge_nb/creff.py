@@ -6,6 +6,7 @@
 from __future__ import annotations
 import torch
 import torch.nn.functional as F
+from fastcore.basics import patch
 from .hparams import HP
 from .federated import FedAvg, ClientResult, register, derive_seed
 from .evaluation import forward_batched
@@ -112,45 +113,63 @@ class CReFF(FedAvg):
         self.crt = tuple(t.to(self.device) for t in linear_init(C, d, g))                    # W_re before round 1
         self.rounds_done = 0
 
-    def client_update(self, gstate, cstate, data, cfg, seed):
-        "Eq. 1 with the received backbone and the server's re-trained classifier, then FedAvg's local training; the gradients go under creff.*."
-        model = self.local; model.load_state_dict(gstate, strict=False); model.eval()
-        with torch.no_grad(): h = forward_batched(model.backbone, data.x)
-        g = torch.Generator().manual_seed(derive_seed(seed, 'creff', 'real'))
-        cls, gW, gb = real_gradients(h, data.y, *self.crt, self.hp['real_batch'], self.hp['real_repeats'], g)
-        r = super().client_update(gstate, cstate, data, cfg, seed)
-        return ClientResult({**r.state, 'creff.classes': cls, 'creff.gw': gW, 'creff.gb': gb}, r.client_state, r.n, r.loss)
+# %% ../nbs/08i_creff.ipynb #df2bbec1
+@patch
+def client_update(self: CReFF, gstate, cstate, data, cfg, seed):
+    "Eq. 1 with the received backbone and the server's re-trained classifier, then FedAvg's local training; the gradients go under creff.*."
+    model = self.local; model.load_state_dict(gstate, strict=False); model.eval()
+    with torch.no_grad(): h = forward_batched(model.backbone, data.x)
+    g = torch.Generator().manual_seed(derive_seed(seed, 'creff', 'real'))
+    cls, gW, gb = real_gradients(h, data.y, *self.crt, self.hp['real_batch'], self.hp['real_repeats'], g)
+    r = super(CReFF, self).client_update(gstate, cstate, data, cfg, seed)
+    return ClientResult({**r.state, 'creff.classes': cls, 'creff.gw': gW, 'creff.gb': gb}, r.client_state, r.n, r.loss)
 
-    def aggregate(self, gstate, results):
-        "FedAvg on the models; Eq. 2-4 on the server: pool the gradients, match the federated features, re-train the classifier."
-        plain = [ClientResult({k: v for k, v in r.state.items() if not k.startswith('creff.')}, r.client_state, r.n, r.loss) for r in results]
-        new = super().aggregate(gstate, plain)
-        RW, Rb, held = pool_gradients([(r.state['creff.classes'], r.state['creff.gw'], r.state['creff.gb']) for r in results],
-                                      self.net.head.out_features)
-        self.feats = match_features(self.feats, *self.crt, RW, Rb, held, self.hp['match_steps'], self.hp['feat_lr'], self.match_extra())
-        g = torch.Generator().manual_seed(derive_seed(self.seed, 'creff', 'server', self.rounds_done))
-        W0, b0 = (t.to(self.device) for t in linear_init(*self.crt[0].shape, g))             # a fresh classifier every round
-        self.crt = calibrate_head(W0, b0, self.feats.flatten(0, 1), self.feat_labels, self.hp['crt_epochs'], self.hp['crt_lr'], self.hp['crt_batch'], g)
-        self.rounds_done += 1
-        return new
+# %% ../nbs/08i_creff.ipynb #546632ca
+@patch
+def match_extra(self: CReFF):
+    "A term added to every step of the matching (none in CReFF; CLIP2FL's text contrast)."
+    return None
 
-    def match_extra(self):
-        "A term added to every step of the matching (none in CReFF; CLIP2FL's text contrast)."
-        return None
+# %% ../nbs/08i_creff.ipynb #af3acfff
+@patch
+def aggregate(self: CReFF, gstate, results):
+    "FedAvg on the models; Eq. 2-4 on the server: pool the gradients, match the federated features, re-train the classifier."
+    plain = [ClientResult({k: v for k, v in r.state.items() if not k.startswith('creff.')}, r.client_state, r.n, r.loss) for r in results]
+    new = super(CReFF, self).aggregate(gstate, plain)
+    RW, Rb, held = pool_gradients([(r.state['creff.classes'], r.state['creff.gw'], r.state['creff.gb']) for r in results],
+                                  self.net.head.out_features)
+    self.feats = match_features(self.feats, *self.crt, RW, Rb, held, self.hp['match_steps'], self.hp['feat_lr'], self.match_extra())
+    g = torch.Generator().manual_seed(derive_seed(self.seed, 'creff', 'server', self.rounds_done))
+    W0, b0 = (t.to(self.device) for t in linear_init(*self.crt[0].shape, g))             # a fresh classifier every round
+    self.crt = calibrate_head(W0, b0, self.feats.flatten(0, 1), self.feat_labels, self.hp['crt_epochs'], self.hp['crt_lr'], self.hp['crt_batch'], g)
+    self.rounds_done += 1
+    return new
 
-    def global_logits(self, x):
-        h = self.net.backbone(x)
-        return {'creff': F.linear(h, *self.crt), 'global': self.net.head(h)}
+# %% ../nbs/08i_creff.ipynb #b360d65b
+@patch
+def global_logits(self: CReFF, x):
+    "Logits of the FedAvg backbone with the re-trained classifier ('creff') and with FedAvg's own head ('global')."
+    h = self.net.backbone(x)
+    return {'creff': F.linear(h, *self.crt), 'global': self.net.head(h)}
 
-    def personal_logits(self, x, cstate, data): return with_masked(self.global_logits(x), data.counts)
+# %% ../nbs/08i_creff.ipynb #a297aa04
+@patch
+def personal_logits(self: CReFF, x, cstate, data):
+    "The generic logits on a client's local test set, plus `_masked` copies with the client's absent classes at -inf."
+    return with_masked(self.global_logits(x), data.counts)
 
-    def extra_state(self):
-        return {'creff.feats': self.feats.detach().clone(), 'creff.weight': self.crt[0].detach().clone(),
-                'creff.bias': self.crt[1].detach().clone(), 'creff.rounds': torch.tensor(self.rounds_done)}
+# %% ../nbs/08i_creff.ipynb #07b3714c
+@patch
+def extra_state(self: CReFF):
+    "The server state a checkpoint keeps: the federated features, the re-trained classifier and the round count."
+    return {'creff.feats': self.feats.detach().clone(), 'creff.weight': self.crt[0].detach().clone(),
+            'creff.bias': self.crt[1].detach().clone(), 'creff.rounds': torch.tensor(self.rounds_done)}
 
-    def load_extra_state(self, state):
-        "The federated features, the re-trained classifier and the round count (a state without them keeps the initial ones)."
-        if 'creff.feats' not in state: return
-        self.feats = state['creff.feats'].to(self.device).clone()
-        self.crt = (state['creff.weight'].to(self.device).clone(), state['creff.bias'].to(self.device).clone())
-        self.rounds_done = int(state['creff.rounds'])
+# %% ../nbs/08i_creff.ipynb #b5a43613
+@patch
+def load_extra_state(self: CReFF, state):
+    "The federated features, the re-trained classifier and the round count (a state without them keeps the initial ones)."
+    if 'creff.feats' not in state: return
+    self.feats = state['creff.feats'].to(self.device).clone()
+    self.crt = (state['creff.weight'].to(self.device).clone(), state['creff.bias'].to(self.device).clone())
+    self.rounds_done = int(state['creff.rounds'])

@@ -6,6 +6,7 @@
 from __future__ import annotations
 import torch
 from torch.func import functional_call
+from fastcore.basics import patch
 from .hparams import HP
 from .federated import FedAvg, ClientResult, register, shared, local_sgd, weighted_average
 
@@ -35,40 +36,56 @@ class FedDyn(FedAvg):
         sizes = [len(i) for i in fed.train_idx]
         self.m, self.n_mean = len(sizes), sum(sizes) / len(sizes)     # all clients: h's divisor m; their mean size: size_scaled
 
-    def client_alpha(self, n: int) -> float:
-        "The alpha of a client with n samples: alpha, or alpha * mean(n) / n with size_scaled (the official code's alpha_coef / weight_list[k])."
-        al = float(self.hp['dyn_alpha'])
-        return al * self.n_mean / n if self.hp['size_scaled'] and n > 0 else al
+# %% ../nbs/08c_feddyn.ipynb #5cdfc4cb
+@patch
+def client_alpha(self: FedDyn, n: int) -> float:
+    "The alpha of a client with n samples: alpha, or alpha * mean(n) / n with size_scaled (the official code's alpha_coef / weight_list[k])."
+    al = float(self.hp['dyn_alpha'])
+    return al * self.n_mean / n if self.hp['size_scaled'] and n > 0 else al
 
-    def client_update(self, gstate, cstate, data, cfg, seed):
-        "Local SGD on the base's loss + the dynamic term; the new g_k = g_k - alpha (theta_k - theta^{t-1}) goes to the client state."
-        model = self.local; model.load_state_dict(gstate, strict=False)
-        named = [(n, p) for n, p in model.named_parameters() if n in self.h]
-        params, al = [p for _, p in named], self.client_alpha(len(data))
-        anchor = [p.detach().clone() for p in params]                                           # theta^{t-1}
-        g = [cstate.get(f'feddyn.g.{n}', torch.zeros_like(p)) for n, p in named]               # zero before its first round
-        def loss_fn(m, xb, yb): return self.loss(m, xb, yb, data) + dynamic_term(params, anchor, g, al)
-        loss = local_sgd(model, data, cfg, seed, loss_fn)
-        new = {f'feddyn.g.{n}': gk - al * (p.detach() - a) for (n, p), gk, a in zip(named, g, anchor)}
-        return ClientResult(shared(model, self.is_shared), {**cstate, **new}, len(data), loss)
+# %% ../nbs/08c_feddyn.ipynb #cb688aa1
+@patch
+def client_update(self: FedDyn, gstate, cstate, data, cfg, seed):
+    "Local SGD on the base's loss + the dynamic term; the new g_k = g_k - alpha (theta_k - theta^{t-1}) goes to the client state."
+    model = self.local; model.load_state_dict(gstate, strict=False)
+    named = [(n, p) for n, p in model.named_parameters() if n in self.h]
+    params, al = [p for _, p in named], self.client_alpha(len(data))
+    anchor = [p.detach().clone() for p in params]                                           # theta^{t-1}
+    g = [cstate.get(f'feddyn.g.{n}', torch.zeros_like(p)) for n, p in named]               # zero before its first round
+    def loss_fn(m, xb, yb): return self.loss(m, xb, yb, data) + dynamic_term(params, anchor, g, al)
+    loss = local_sgd(model, data, cfg, seed, loss_fn)
+    new = {f'feddyn.g.{n}': gk - al * (p.detach() - a) for (n, p), gk, a in zip(named, g, anchor)}
+    return ClientResult(shared(model, self.is_shared), {**cstate, **new}, len(data), loss)
 
-    def aggregate(self, gstate, results):
-        "h <- h - alpha/m sum_{k in P_t} (theta_k - theta^{t-1}); theta^t = the plain mean of the theta_k - h / alpha."
-        new = weighted_average([r.state for r in results], [1.0] * len(results))
-        al = float(self.hp['dyn_alpha'])
-        for n in self.h:
-            self.h[n] = self.h[n] - al / self.m * sum(r.state[n] - gstate[n] for r in results)
-            new[n] = new[n] - self.h[n] / al
-        return new
+# %% ../nbs/08c_feddyn.ipynb #d716ea96
+@patch
+def aggregate(self: FedDyn, gstate, results):
+    "h <- h - alpha/m sum_{k in P_t} (theta_k - theta^{t-1}); theta^t = the plain mean of the theta_k - h / alpha."
+    new = weighted_average([r.state for r in results], [1.0] * len(results))
+    al = float(self.hp['dyn_alpha'])
+    for n in self.h:
+        self.h[n] = self.h[n] - al / self.m * sum(r.state[n] - gstate[n] for r in results)
+        new[n] = new[n] - self.h[n] / al
+    return new
 
-    def global_logits(self, x):
-        "Logits of theta^t ('server') or of the mean of the round's client models, theta^t + h / alpha ('mean')."
-        if self.hp['eval_model'] == 'server': return super().global_logits(x)
-        al = float(self.hp['dyn_alpha'])
-        mean = {n: p.detach() + self.h[n] / al for n, p in self.net.named_parameters() if n in self.h}
-        return {'global': functional_call(self.net, mean, (x,), strict=False)}
+# %% ../nbs/08c_feddyn.ipynb #adf1a4eb
+@patch
+def global_logits(self: FedDyn, x):
+    "Logits of theta^t ('server') or of the mean of the round's client models, theta^t + h / alpha ('mean')."
+    if self.hp['eval_model'] == 'server': return super(FedDyn, self).global_logits(x)
+    al = float(self.hp['dyn_alpha'])
+    mean = {n: p.detach() + self.h[n] / al for n, p in self.net.named_parameters() if n in self.h}
+    return {'global': functional_call(self.net, mean, (x,), strict=False)}
 
-    def extra_state(self): return {f'h.{n}': v.detach().clone() for n, v in self.h.items()}
-    def load_extra_state(self, state):
-        for n in self.h:
-            if f'h.{n}' in state: self.h[n] = state[f'h.{n}'].to(self.device).clone()
+# %% ../nbs/08c_feddyn.ipynb #398f73c2
+@patch
+def extra_state(self: FedDyn):
+    "The server's h, one entry `h.<param>` per parameter the dynamic term acts on."
+    return {f'h.{n}': v.detach().clone() for n, v in self.h.items()}
+
+# %% ../nbs/08c_feddyn.ipynb #bf1762c6
+@patch
+def load_extra_state(self: FedDyn, state):
+    "Restore h from a checkpoint's `h.<param>` entries (a parameter without one keeps its h)."
+    for n in self.h:
+        if f'h.{n}' in state: self.h[n] = state[f'h.{n}'].to(self.device).clone()

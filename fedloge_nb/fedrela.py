@@ -8,6 +8,7 @@ import dataclasses
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from fastcore.basics import patch
 from .hparams import HP
 from .federated import Algorithm, register, derive_seed
 from .registry import Plugin, register_plugin
@@ -66,54 +67,73 @@ class ReLaPlugin(Plugin):
         rela_top=HP(5.0, "per class, the z-score threshold is exceeded by this percentage of the client's samples (the official 'thre')", lo=0, hi=100),
         rela_lr_scale=HP(0.1, 'the local lr is multiplied by this in the relabelled rounds (the official code: 0.1)', lo=0, open_lo=True))
 
-    def start_round(self, cfg) -> int:
-        "The first relabelled round (1-based): floor(rela_start * rounds) + 1."
-        return int(float(self.hp['rela_start']) * cfg.rounds) + 1
+# %% ../nbs/09e_fedrela.ipynb #34544473
+@patch
+def start_round(self: ReLaPlugin, cfg) -> int:
+    "The first relabelled round (1-based): floor(rela_start * rounds) + 1."
+    return int(float(self.hp['rela_start']) * cfg.rounds) + 1
 
-    def build_net(self, fed, cfg):
-        net = super().build_net(fed, cfg)
-        net.rela = RoundCounter()
-        return net
+# %% ../nbs/09e_fedrela.ipynb #6937aa3c
+@patch
+def build_net(self: ReLaPlugin, fed, cfg):
+    "The base's server model with a `RoundCounter` at `rela`."
+    net = super(ReLaPlugin, self).build_net(fed, cfg)
+    net.rela = RoundCounter()
+    return net
 
-    def is_shared(self, key): return key.startswith('rela.') or super().is_shared(key)
+# %% ../nbs/09e_fedrela.ipynb #b7e43bb2
+@patch
+def is_shared(self: ReLaPlugin, key):
+    "The round counter is shared (every client receives it with the global state), besides what the base shares."
+    return key.startswith('rela.') or super(ReLaPlugin, self).is_shared(key)
 
-    def rela_logits(self, model, x) -> torch.Tensor:
-        "The global model's logits whose softmax FedReLa reads: `train_logits` where the model has one (FedETF: beta z), else its forward."
-        return model.train_logits(x) if hasattr(model, 'train_logits') else model(x)
+# %% ../nbs/09e_fedrela.ipynb #701e31a5
+@patch
+def rela_logits(self: ReLaPlugin, model, x) -> torch.Tensor:
+    "The global model's logits whose softmax FedReLa reads: `train_logits` where the model has one (FedETF: beta z), else its forward."
+    return model.train_logits(x) if hasattr(model, 'train_logits') else model(x)
 
-    def relabelled(self, model, data, seed: int) -> torch.Tensor:
-        "Client side: the new labels of `data` from the received model's predictions (eval mode, clean images, seeded draws)."
-        model.eval()
-        with torch.no_grad(): p = F.softmax(forward_batched(lambda x: self.rela_logits(model, x), data.x), dim=1)
-        u = torch.rand(p.shape, generator=torch.Generator().manual_seed(derive_seed(seed, 'rela'))).to(p.device)
-        return relabel(p, data.y, data.counts.to(p.device), float(self.hp['rela_top']), u)
+# %% ../nbs/09e_fedrela.ipynb #246e4ab0
+@patch
+def relabelled(self: ReLaPlugin, model, data, seed: int) -> torch.Tensor:
+    "Client side: the new labels of `data` from the received model's predictions (eval mode, clean images, seeded draws)."
+    model.eval()
+    with torch.no_grad(): p = F.softmax(forward_batched(lambda x: self.rela_logits(model, x), data.x), dim=1)
+    u = torch.rand(p.shape, generator=torch.Generator().manual_seed(derive_seed(seed, 'rela'))).to(p.device)
+    return relabel(p, data.y, data.counts.to(p.device), float(self.hp['rela_top']), u)
 
-    def client_update(self, gstate, cstate, data, cfg, seed):
-        "The base's client update, from `rela_start` on with the relabelled data (made or refreshed here, kept in the client state) and a scaled lr."
-        rnd, start, P = int(gstate['rela.round']) + 1, self.start_round(cfg), int(self.hp['rela_period'])
-        if rnd < start or len(data) == 0: return super().client_update(gstate, cstate, data, cfg, seed)
-        due = start + (P * ((rnd - start) // P) if P else 0)               # the latest re-labelling round at or before rnd
-        if 'rela.y' not in cstate or int(cstate['rela.made']) < due:
-            model = self.local; model.load_state_dict(gstate, strict=False)
-            cstate = {**cstate, 'rela.y': self.relabelled(model, data, seed), 'rela.made': torch.tensor(rnd)}
-        y = cstate['rela.y']
-        d = dataclasses.replace(data, y=y, counts=torch.bincount(y.cpu(), minlength=len(data.counts)).to(data.counts))
-        r = super().client_update(gstate, cstate, d, dataclasses.replace(cfg, lr=cfg.lr * float(self.hp['rela_lr_scale'])), seed)
-        return dataclasses.replace(r, client_state={**r.client_state, 'rela.y': cstate['rela.y'], 'rela.made': cstate['rela.made']})
+# %% ../nbs/09e_fedrela.ipynb #bc8285cb
+@patch
+def client_update(self: ReLaPlugin, gstate, cstate, data, cfg, seed):
+    "The base's client update, from `rela_start` on with the relabelled data (made or refreshed here, kept in the client state) and a scaled lr."
+    rnd, start, P = int(gstate['rela.round']) + 1, self.start_round(cfg), int(self.hp['rela_period'])
+    if rnd < start or len(data) == 0: return super(ReLaPlugin, self).client_update(gstate, cstate, data, cfg, seed)
+    due = start + (P * ((rnd - start) // P) if P else 0)               # the latest re-labelling round at or before rnd
+    if 'rela.y' not in cstate or int(cstate['rela.made']) < due:
+        model = self.local; model.load_state_dict(gstate, strict=False)
+        cstate = {**cstate, 'rela.y': self.relabelled(model, data, seed), 'rela.made': torch.tensor(rnd)}
+    y = cstate['rela.y']
+    d = dataclasses.replace(data, y=y, counts=torch.bincount(y.cpu(), minlength=len(data.counts)).to(data.counts))
+    r = super(ReLaPlugin, self).client_update(gstate, cstate, d, dataclasses.replace(cfg, lr=cfg.lr * float(self.hp['rela_lr_scale'])), seed)
+    return dataclasses.replace(r, client_state={**r.client_state, 'rela.y': cstate['rela.y'], 'rela.made': cstate['rela.made']})
 
-    def aggregate(self, gstate, results):
-        "The base's aggregation without the counter; the counter + 1."
-        rs = [dataclasses.replace(r, state={k: v for k, v in r.state.items() if not k.startswith('rela.')}) for r in results]
-        new = super().aggregate({k: v for k, v in gstate.items() if not k.startswith('rela.')}, rs)
-        new['rela.round'] = gstate['rela.round'] + 1
-        return new
+# %% ../nbs/09e_fedrela.ipynb #f78a335f
+@patch
+def aggregate(self: ReLaPlugin, gstate, results):
+    "The base's aggregation without the counter; the counter + 1."
+    rs = [dataclasses.replace(r, state={k: v for k, v in r.state.items() if not k.startswith('rela.')}) for r in results]
+    new = super(ReLaPlugin, self).aggregate({k: v for k, v in gstate.items() if not k.startswith('rela.')}, rs)
+    new['rela.round'] = gstate['rela.round'] + 1
+    return new
 
-    def diagnostics(self, fed, clients, client_states):
-        "The share of the clients' training samples that carry a new label (relabelled clients only)."
-        out = super().diagnostics(fed, clients, client_states)
-        moved = [(int((cs['rela.y'] != d.y).sum()), len(d)) for d, cs in zip(clients, client_states) if 'rela.y' in cs]
-        out['rela_share'] = sum(a for a, _ in moved) / max(sum(b for _, b in moved), 1) if moved else 0.0
-        return out
+# %% ../nbs/09e_fedrela.ipynb #9bd4ce26
+@patch
+def diagnostics(self: ReLaPlugin, fed, clients, client_states):
+    "The share of the clients' training samples that carry a new label (relabelled clients only)."
+    out = super(ReLaPlugin, self).diagnostics(fed, clients, client_states)
+    moved = [(int((cs['rela.y'] != d.y).sum()), len(d)) for d, cs in zip(clients, client_states) if 'rela.y' in cs]
+    out['rela_share'] = sum(a for a, _ in moved) / max(sum(b for _, b in moved), 1) if moved else 0.0
+    return out
 
 # %% ../nbs/09e_fedrela.ipynb #dd63be4b
 def with_rela(base: type) -> type:

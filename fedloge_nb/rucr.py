@@ -88,45 +88,61 @@ class RUCR(FedAvg):
         self.protos, self.proto_counts = torch.zeros(C, d, device=self.device), torch.zeros(C, device=self.device)
         self.rectified = None                                   # (weight, bias) of the re-trained classifier, after `finish`
 
-    def client_update(self, gstate, cstate, data, cfg, seed):
-        "Class means with the received model (sent under rucr.*), then local SGD on CE + lambda L_RU with the server's prototypes."
-        model = self.local; model.load_state_dict(gstate, strict=False); model.eval()
-        with torch.no_grad(): cls, mu, n = class_means(forward_batched(model.backbone, data.x), data.y)
-        share = self.proto_counts / self.proto_counts.sum().clamp(min=1)
-        use = self.hp['feat_loss'] > 0 and bool(self.proto_counts.sum() > 0)
-        def loss_fn(m, xb, yb):
-            h, z = self.train_forward(m, xb, yb, data)
-            loss = F.cross_entropy(z, yb)
-            if use: loss = loss + self.hp['feat_loss'] * unified_loss(h, yb, self.protos, share, data.counts > 0, self.hp['tau'], self.hp['kappa'])
-            return loss
-        loss = local_sgd(model, data, cfg, seed, loss_fn)
-        state = {k: v.detach().clone() for k, v in model.state_dict().items() if self.is_shared(k)}
-        return ClientResult({**state, 'rucr.classes': cls, 'rucr.means': mu, 'rucr.counts': n}, cstate, len(data), loss)
+# %% ../nbs/08l_rucr.ipynb #ec18aeed
+@patch
+def client_update(self: RUCR, gstate, cstate, data, cfg, seed):
+    "Class means with the received model (sent under rucr.*), then local SGD on CE + lambda L_RU with the server's prototypes."
+    model = self.local; model.load_state_dict(gstate, strict=False); model.eval()
+    with torch.no_grad(): cls, mu, n = class_means(forward_batched(model.backbone, data.x), data.y)
+    share = self.proto_counts / self.proto_counts.sum().clamp(min=1)
+    use = self.hp['feat_loss'] > 0 and bool(self.proto_counts.sum() > 0)
+    def loss_fn(m, xb, yb):
+        h, z = self.train_forward(m, xb, yb, data)
+        loss = F.cross_entropy(z, yb)
+        if use: loss = loss + self.hp['feat_loss'] * unified_loss(h, yb, self.protos, share, data.counts > 0, self.hp['tau'], self.hp['kappa'])
+        return loss
+    loss = local_sgd(model, data, cfg, seed, loss_fn)
+    state = {k: v.detach().clone() for k, v in model.state_dict().items() if self.is_shared(k)}
+    return ClientResult({**state, 'rucr.classes': cls, 'rucr.means': mu, 'rucr.counts': n}, cstate, len(data), loss)
 
-    def aggregate(self, gstate, results):
-        "FedAvg on the models; the clients' class means pooled (Eq. 1) into the prototypes of the next round."
-        plain = [ClientResult({k: v for k, v in r.state.items() if not k.startswith('rucr.')}, r.client_state, r.n, r.loss) for r in results]
-        self.protos, self.proto_counts = pool_prototypes([(r.state['rucr.classes'], r.state['rucr.means'], r.state['rucr.counts'])
-                                                          for r in results], self.net.head.out_features)
-        return super().aggregate(gstate, plain)
+# %% ../nbs/08l_rucr.ipynb #b6372d7b
+@patch
+def aggregate(self: RUCR, gstate, results):
+    "FedAvg on the models; the clients' class means pooled (Eq. 1) into the prototypes of the next round."
+    plain = [ClientResult({k: v for k, v in r.state.items() if not k.startswith('rucr.')}, r.client_state, r.n, r.loss) for r in results]
+    self.protos, self.proto_counts = pool_prototypes([(r.state['rucr.classes'], r.state['rucr.means'], r.state['rucr.counts'])
+                                                      for r in results], self.net.head.out_features)
+    return super(RUCR, self).aggregate(gstate, plain)
 
-    def global_logits(self, x):
-        h = self.net.backbone(x); z = self.net.head(h)
-        return {'rucr': F.linear(h, *self.rectified) if self.rectified is not None else z, 'global': z}
+# %% ../nbs/08l_rucr.ipynb #ec107771
+@patch
+def global_logits(self: RUCR, x):
+    "Logits of the FedAvg backbone with the re-trained classifier ('rucr'; FedAvg's head until `finish` made one) and with FedAvg's head ('global')."
+    h = self.net.backbone(x); z = self.net.head(h)
+    return {'rucr': F.linear(h, *self.rectified) if self.rectified is not None else z, 'global': z}
 
-    def personal_logits(self, x, cstate, data): return with_masked(self.global_logits(x), data.counts)
+# %% ../nbs/08l_rucr.ipynb #40221738
+@patch
+def personal_logits(self: RUCR, x, cstate, data):
+    "The generic logits on a client's local test set, plus `_masked` copies with the client's absent classes at -inf."
+    return with_masked(self.global_logits(x), data.counts)
 
-    def extra_state(self):
-        out = {'rucr.protos': self.protos.detach().clone(), 'rucr.proto_counts': self.proto_counts.detach().clone()}
-        if self.rectified is not None: out.update({'rucr.weight': self.rectified[0].detach().clone(), 'rucr.bias': self.rectified[1].detach().clone()})
-        return out
+# %% ../nbs/08l_rucr.ipynb #c92676e4
+@patch
+def extra_state(self: RUCR):
+    "The server state a checkpoint keeps: the prototypes, their class counts and, once made, the re-trained classifier."
+    out = {'rucr.protos': self.protos.detach().clone(), 'rucr.proto_counts': self.proto_counts.detach().clone()}
+    if self.rectified is not None: out.update({'rucr.weight': self.rectified[0].detach().clone(), 'rucr.bias': self.rectified[1].detach().clone()})
+    return out
 
-    def load_extra_state(self, state):
-        "Prototypes, their counts and the re-trained classifier (None when the state has none)."
-        if 'rucr.protos' in state:
-            self.protos, self.proto_counts = state['rucr.protos'].to(self.device).clone(), state['rucr.proto_counts'].to(self.device).clone()
-        W = state.get('rucr.weight')
-        self.rectified = None if W is None else (W.to(self.device), state['rucr.bias'].to(self.device))
+# %% ../nbs/08l_rucr.ipynb #f0e5569e
+@patch
+def load_extra_state(self: RUCR, state):
+    "Prototypes, their counts and the re-trained classifier (None when the state has none)."
+    if 'rucr.protos' in state:
+        self.protos, self.proto_counts = state['rucr.protos'].to(self.device).clone(), state['rucr.proto_counts'].to(self.device).clone()
+    W = state.get('rucr.weight')
+    self.rectified = None if W is None else (W.to(self.device), state['rucr.bias'].to(self.device))
 
 # %% ../nbs/08l_rucr.ipynb #600bbb00
 @patch

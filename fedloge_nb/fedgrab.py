@@ -6,6 +6,7 @@
 from __future__ import annotations
 import torch
 import torch.nn.functional as F
+from fastcore.basics import patch
 from .hparams import HP
 from .federated import FedAvg, ClientResult, register, local_sgd, shared
 
@@ -76,29 +77,44 @@ class FedGraB(FedAvg):
         self.tail = torch.ones(self.net.head.out_features, dtype=torch.bool, device=self.device)   # before DPA: every class
         self.rounds_done = 0
 
-    def init_client_state(self, k, data):
-        return {**grab_state(len(data.counts), self.device), 'grab.tail': self.tail.float().clone()}
+# %% ../nbs/08j_fedgrab.ipynb #2413d0f1
+@patch
+def init_client_state(self: FedGraB, k, data):
+    "Client k's SGB state at rest (`grab_state`) and the tail set it was made for."
+    return {**grab_state(len(data.counts), self.device), 'grab.tail': self.tail.float().clone()}
 
-    def client_update(self, gstate, cstate, data, cfg, seed):
-        "Local SGD on sgb_loss; the controllers (reset if the server's tail set changed) and sums go back to the client state."
-        model = self.local; model.load_state_dict(gstate, strict=False)
-        st = {k: cstate[k].clone() for k in GRAB_KEYS}
-        if not torch.equal(cstate['grab.tail'].bool(), self.tail):
-            st['grab.out'], st['grab.err'] = torch.zeros_like(st['grab.out']), torch.zeros_like(st['grab.err'])
-        h = self.hp
-        def loss_fn(m, xb, yb):
-            loss, new = sgb_loss(self.train_forward(m, xb, yb, data)[1], yb, st, self.tail, h['release'], h['kp'], h['ki'], h['kd'])
-            st.update(new); return loss
-        loss = local_sgd(model, data, cfg, seed, loss_fn)
-        return ClientResult(shared(model, self.is_shared), {**cstate, **st, 'grab.tail': self.tail.float().clone()}, len(data), loss)
+# %% ../nbs/08j_fedgrab.ipynb #33a1a8e0
+@patch
+def client_update(self: FedGraB, gstate, cstate, data, cfg, seed):
+    "Local SGD on sgb_loss; the controllers (reset if the server's tail set changed) and sums go back to the client state."
+    model = self.local; model.load_state_dict(gstate, strict=False)
+    st = {k: cstate[k].clone() for k in GRAB_KEYS}
+    if not torch.equal(cstate['grab.tail'].bool(), self.tail):
+        st['grab.out'], st['grab.err'] = torch.zeros_like(st['grab.out']), torch.zeros_like(st['grab.err'])
+    h = self.hp
+    def loss_fn(m, xb, yb):
+        loss, new = sgb_loss(self.train_forward(m, xb, yb, data)[1], yb, st, self.tail, h['release'], h['kp'], h['ki'], h['kd'])
+        st.update(new); return loss
+    loss = local_sgd(model, data, cfg, seed, loss_fn)
+    return ClientResult(shared(model, self.is_shared), {**cstate, **st, 'grab.tail': self.tail.float().clone()}, len(data), loss)
 
-    def aggregate(self, gstate, results):
-        "FedAvg; after round `dpa_round` the DPA's tail classes (from the aggregated classifier) replace 'every class'."
-        new = super().aggregate(gstate, results)
-        self.rounds_done += 1
-        if self.hp['dpa_round'] and self.rounds_done == self.hp['dpa_round']: self.tail = dpa_tail(new['head.weight']).to(self.device)
-        return new
+# %% ../nbs/08j_fedgrab.ipynb #1eb4d921
+@patch
+def aggregate(self: FedGraB, gstate, results):
+    "FedAvg; after round `dpa_round` the DPA's tail classes (from the aggregated classifier) replace 'every class'."
+    new = super(FedGraB, self).aggregate(gstate, results)
+    self.rounds_done += 1
+    if self.hp['dpa_round'] and self.rounds_done == self.hp['dpa_round']: self.tail = dpa_tail(new['head.weight']).to(self.device)
+    return new
 
-    def extra_state(self): return {'grab.tail': self.tail.clone(), 'grab.rounds': torch.tensor(self.rounds_done)}
-    def load_extra_state(self, state):
-        if 'grab.tail' in state: self.tail, self.rounds_done = state['grab.tail'].to(self.device).bool(), int(state['grab.rounds'])
+# %% ../nbs/08j_fedgrab.ipynb #7dd5e15a
+@patch
+def extra_state(self: FedGraB):
+    "The server state: the tail set and the number of rounds done (it tells when DPA runs)."
+    return {'grab.tail': self.tail.clone(), 'grab.rounds': torch.tensor(self.rounds_done)}
+
+# %% ../nbs/08j_fedgrab.ipynb #e47cd342
+@patch
+def load_extra_state(self: FedGraB, state):
+    "The tail set and the round count back from a checkpoint (a state without them keeps the current ones)."
+    if 'grab.tail' in state: self.tail, self.rounds_done = state['grab.tail'].to(self.device).bool(), int(state['grab.rounds'])

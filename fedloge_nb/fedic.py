@@ -5,6 +5,7 @@
 # %% ../nbs/08m_fedic.ipynb #aa79b4ec
 from __future__ import annotations
 import copy
+from fastcore.basics import patch
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -57,11 +58,12 @@ class CalibratedEnsemble(nn.Module):
         g = torch.sigmoid(self.gate(feats.mean(0)))
         return g * self.ensemble(logits) + (1 - g) * global_logits
 
-# %% ../nbs/08m_fedic.ipynb #4cc18dd8
+# %% ../nbs/08m_fedic.ipynb #fc85a34a
 def _pick(n: int, batch: int, generator, device) -> torch.Tensor:
     "One batch of at most `batch` indices of range(n), without replacement, from `generator`."
     return torch.randperm(n, generator=generator)[:int(batch)].to(device)
 
+# %% ../nbs/08m_fedic.ipynb #4010838f
 def fine_tune(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, lr: float, wd: float, batch: int,
               generator: torch.Generator | None = None) -> nn.Module:
     "Stage 1: `steps` Adam steps of cross-entropy on batches of (x, y), the model in training mode (in place)."
@@ -73,6 +75,7 @@ def fine_tune(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, lr
         opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
     return model
 
+# %% ../nbs/08m_fedic.ipynb #a88a1129
 def train_teacher(teacher: CalibratedEnsemble, feats: torch.Tensor, logits: torch.Tensor, global_logits: torch.Tensor, y: torch.Tensor,
                   steps: int, lr: float, batch: int, generator: torch.Generator | None = None) -> CalibratedEnsemble:
     "Stage 3: `steps` Adam steps of cross-entropy of the teacher's logits (Eq. 3) on batches of the server set (in place)."
@@ -84,11 +87,13 @@ def train_teacher(teacher: CalibratedEnsemble, feats: torch.Tensor, logits: torc
         opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
     return teacher
 
+# %% ../nbs/08m_fedic.ipynb #6aa1a054
 def distill_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, y: torch.Tensor, temperature: float, ld: float) -> torch.Tensor:
     "Eq. 4: ld * KL(softmax(z_T / T) || softmax(z_S / T)) (batch mean, no T^2, as the authors' code) + (1 - ld) * CE(z_S, y)."
     kl = soft_kl(student_logits, teacher_logits, temperature)
     return ld * kl + (1 - ld) * F.cross_entropy(student_logits, y)
 
+# %% ../nbs/08m_fedic.ipynb #832b59f7
 def distill(student: nn.Module, x: torch.Tensor, y: torch.Tensor, teacher_logits: torch.Tensor, steps: int, lr: float, wd: float,
             batch: int, temperature: float, ld: float, generator: torch.Generator | None = None) -> nn.Module:
     "Stage 4: `steps` Adam steps of Eq. 4 on batches of the server set, the student in training mode (in place)."
@@ -128,32 +133,39 @@ class FedIC(FedAvg):
         self.server_net = copy.deepcopy(self.net)
         self.rounds_done = 0
 
-    def aggregate(self, gstate, results):
-        "FedAvg's average, then on the server set: fine-tune a copy, train the calibrated ensemble of the round's client models, distil it into the average."
-        new = super().aggregate(gstate, results)
-        hp, m = self.hp, self.server_net
-        g = torch.Generator().manual_seed(derive_seed(self.seed, 'fedic', 'server', self.rounds_done))
-        self.rounds_done += 1
-        if hp['distill_steps'] == 0: return new                                              # nothing distilled: FedAvg's model
-        feats, logits = client_outputs(m, [r.state for r in results], self.xs)               # the ensemble's inputs, once a round
-        m.load_state_dict(new, strict=False)
-        fine_tune(m, self.xs, self.ys, hp['ft_steps'], hp['server_lr'], hp['server_wd'], hp['server_batch'], g)
-        m.eval()
-        with torch.no_grad(): zg = m(self.xs)                                                # the fine-tuned model's logits
-        train_teacher(self.teacher, feats, logits, zg, self.ys, hp['calib_steps'], hp['server_lr'], hp['server_batch'], g)
-        with torch.no_grad(): zt = self.teacher(feats, logits, zg)                           # the teacher's logits (Eq. 3)
-        m.load_state_dict(new, strict=False)                                                 # the student starts from the average
-        distill(m, self.xs, self.ys, zt, hp['distill_steps'], hp['server_lr'], hp['server_wd'], hp['server_batch'],
-                hp['temperature'], hp['ld'], g)
-        m.eval()
-        return {k: v for k, v in shared(m, self.is_shared).items() if k in new}
+# %% ../nbs/08m_fedic.ipynb #2653f9f9
+@patch
+def aggregate(self: FedIC, gstate, results):
+    "FedAvg's average, then on the server set: fine-tune a copy, train the calibrated ensemble of the round's client models, distil it into the average."
+    new = super(FedIC, self).aggregate(gstate, results)
+    hp, m = self.hp, self.server_net
+    g = torch.Generator().manual_seed(derive_seed(self.seed, 'fedic', 'server', self.rounds_done))
+    self.rounds_done += 1
+    if hp['distill_steps'] == 0: return new                                              # nothing distilled: FedAvg's model
+    feats, logits = client_outputs(m, [r.state for r in results], self.xs)               # the ensemble's inputs, once a round
+    m.load_state_dict(new, strict=False)
+    fine_tune(m, self.xs, self.ys, hp['ft_steps'], hp['server_lr'], hp['server_wd'], hp['server_batch'], g)
+    m.eval()
+    with torch.no_grad(): zg = m(self.xs)                                                # the fine-tuned model's logits
+    train_teacher(self.teacher, feats, logits, zg, self.ys, hp['calib_steps'], hp['server_lr'], hp['server_batch'], g)
+    with torch.no_grad(): zt = self.teacher(feats, logits, zg)                           # the teacher's logits (Eq. 3)
+    m.load_state_dict(new, strict=False)                                                 # the student starts from the average
+    distill(m, self.xs, self.ys, zt, hp['distill_steps'], hp['server_lr'], hp['server_wd'], hp['server_batch'],
+            hp['temperature'], hp['ld'], g)
+    m.eval()
+    return {k: v for k, v in shared(m, self.is_shared).items() if k in new}
 
-    def extra_state(self):
-        return {**{f'fedic.teacher.{k}': v.detach().clone() for k, v in self.teacher.state_dict().items()},
-                'fedic.rounds': torch.tensor(self.rounds_done)}
+# %% ../nbs/08m_fedic.ipynb #09084974
+@patch
+def extra_state(self: FedIC):
+    "The server state kept across rounds (and in checkpoints): the teacher's parameters and the number of rounds done."
+    return {**{f'fedic.teacher.{k}': v.detach().clone() for k, v in self.teacher.state_dict().items()},
+            'fedic.rounds': torch.tensor(self.rounds_done)}
 
-    def load_extra_state(self, state):
-        "The teacher's parameters and the round count (a state without them keeps the initial ones)."
-        if 'fedic.rounds' not in state: return
-        self.teacher.load_state_dict({k[len('fedic.teacher.'):]: v.to(self.device) for k, v in state.items() if k.startswith('fedic.teacher.')})
-        self.rounds_done = int(state['fedic.rounds'])
+# %% ../nbs/08m_fedic.ipynb #d80293a5
+@patch
+def load_extra_state(self: FedIC, state):
+    "The teacher's parameters and the round count (a state without them keeps the initial ones)."
+    if 'fedic.rounds' not in state: return
+    self.teacher.load_state_dict({k[len('fedic.teacher.'):]: v.to(self.device) for k, v in state.items() if k.startswith('fedic.teacher.')})
+    self.rounds_done = int(state['fedic.rounds'])

@@ -90,17 +90,14 @@ class FedLoGe(Algorithm):
             raise ValueError(f"ft_curve records the finetuning at one lr, but ft_lr lists {self.hp['ft_lr']!r}: give one ft_lr")
         self.ft_choice = {}
 
-    def build(self, fed, cfg):
-        super().build(fed, cfg)
-        self.psi_norms0 = self.net.psi.weight.detach().norm(dim=1).cpu()
-
     @classmethod
     def post_hp(cls, epochs): return {'ft_epochs': int(epochs)}
 
-    def is_shared(self, key): return not key.startswith('sse_c.')
-
-    def init_client_state(self, k, data):
-        return {'phi': make_head(self.net.theta.feature_dim, len(data.counts), bias=False).weight.detach().to(self.device)}
+# %% ../nbs/06_fedloge.ipynb #d115ea12
+@patch
+def is_shared(self: FedLoGe, key):
+    "Is state-dict entry `key` aggregated? Everything but the frozen classifier (`sse_c.*`)."
+    return not key.startswith('sse_c.')
 
 # %% ../nbs/06_fedloge.ipynb #bf84636f
 def sse_c_cache_dir() -> Path | None:
@@ -152,6 +149,19 @@ def build_net(self: FedLoGe, fed, cfg):
     if self.hp['proj']: theta = Projected(theta)
     W = self.fixed_classifier(theta.feature_dim, fed.num_classes, derive_seed(cfg.seed, 'sse_c') % (2**31))
     return FedLoGeNet(theta, W, fed.num_classes)
+
+# %% ../nbs/06_fedloge.ipynb #2cdde881
+@patch
+def build(self: FedLoGe, fed, cfg):
+    "`Algorithm.build`, then psi's initial row norms (the reference of `psi_norm_growth`)."
+    super(FedLoGe, self).build(fed, cfg)
+    self.psi_norms0 = self.net.psi.weight.detach().norm(dim=1).cpu()
+
+# %% ../nbs/06_fedloge.ipynb #bcdb289c
+@patch
+def init_client_state(self: FedLoGe, k, data):
+    "Client k's private head phi_k before round 1: a fresh bias-free C x d head."
+    return {'phi': make_head(self.net.theta.feature_dim, len(data.counts), bias=False).weight.detach().to(self.device)}
 
 # %% ../nbs/06_fedloge.ipynb #47a85da7
 @patch

@@ -92,6 +92,14 @@ def finish_rounds(self: FedNPC, cfg):
     if self.hp['npc_epochs'] <= 0: return 0
     return 2 if self.uses_val(cfg) else 1
 
+# %% ../nbs/09f_fednpc.ipynb #0c966478
+@patch
+def set_candidate(self: FedNPC, Ws, bs, i: int):
+    "Use candidate `i` (step i of stage 2; 0 is the trained head) as the model's classifier."
+    self.calibrated = (Ws[i].to(self.device), None if bs is None else bs[i].to(self.device))
+    self.npc_choice['npc_step'] = int(i)
+
+# %% ../nbs/09f_fednpc.ipynb #1de0cd36
 @patch
 def finish_client(self: FedNPC, stage, d, cs, cfg, msg):
     "Stage 1: client k's correct validation predictions per candidate classifier and class, and its validation counts per class."
@@ -105,6 +113,7 @@ def finish_client(self: FedNPC, stage, d, cs, cfg, msg):
     correct = torch.zeros(len(pred), C, dtype=torch.float64, device=h.device).index_add_(1, d.y_val, hit)
     return cs, {'correct': correct.cpu(), 'count': torch.bincount(d.y_val.cpu(), minlength=C).double()}
 
+# %% ../nbs/09f_fednpc.ipynb #a4daa926
 @patch
 def finish_server(self: FedNPC, stage, cfg, reports):
     "Stage 0: the candidates (stage 2 of FedNPC); then the one chosen on validation (stage 1), or the last one."
@@ -124,9 +133,3 @@ def finish_server(self: FedNPC, stage, cfg, reports):
     self.set_candidate(*self.candidates, i)
     self.npc_choice.update(npc_val_bacc=round(100 * float(bacc[i]), 4), npc_val_bacc_last=round(100 * float(bacc[-1]), 4))
     return {}
-
-@patch
-def set_candidate(self: FedNPC, Ws, bs, i: int):
-    "Use candidate `i` (step i of stage 2; 0 is the trained head) as the model's classifier."
-    self.calibrated = (Ws[i].to(self.device), None if bs is None else bs[i].to(self.device))
-    self.npc_choice['npc_step'] = int(i)

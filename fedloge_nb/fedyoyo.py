@@ -27,10 +27,12 @@ def _affine(x: torch.Tensor, rot, shift, scale, shear) -> torch.Tensor:
     grid = F.affine_grid(A.to(x), list(x.shape), align_corners=False)
     return F.grid_sample(x, grid, mode='bilinear', padding_mode='border', align_corners=False)   # borders replicated: the background
 
+# %% ../nbs/09d_fedyoyo.ipynb #ff895099
 def _u(n: int, lo: float, hi: float, g) -> torch.Tensor:
     "n uniform draws in [lo, hi) from generator g."
     return lo + (hi - lo) * torch.rand(n, generator=g)
 
+# %% ../nbs/09d_fedyoyo.ipynb #7047e569
 def weak_view(x: torch.Tensor, generator=None) -> torch.Tensor:
     "Weak view: shift by up to 1/8 of the side, rotate by up to 15 degrees; horizontal flip only for colour (3-channel) images."
     B = len(x); g = generator
@@ -41,6 +43,7 @@ def weak_view(x: torch.Tensor, generator=None) -> torch.Tensor:
         out = torch.where(flip[:, None, None, None], out.flip(-1), out)
     return out
 
+# %% ../nbs/09d_fedyoyo.ipynb #a6692255
 def strong_view(x: torch.Tensor, generator=None) -> torch.Tensor:
     "Strong view: rotate up to 30 degrees, shear, scale 0.8-1.2, shift 1/8, contrast and brightness jitter, then Cutout of half the side."
     B, C, H, W = x.shape; g = generator; dev = x.device

@@ -173,6 +173,7 @@ def configure_train(self: EngineStrategy, server_round, arrays, config, grid):
     return [self.message(k, arrays, MessageType.TRAIN, extra=extra, round=server_round) for k in ks
             if k in live and not client_fate(self.cfg, server_round, k).dropped]
 
+# %% ../nbs/17a_flower_server.ipynb #7da5ffd6
 @patch
 def aggregate_train(self: EngineStrategy, server_round, replies):
     "The method's `aggregate` over the replies in client order (clients without data left out), with the engine's checks."
@@ -196,6 +197,7 @@ def aggregate_train(self: EngineStrategy, server_round, replies):
     self.loss, self.n_clients = (float(np.mean(losses)) if losses else float('nan')), len(results)
     return to_record(self.gstate), MetricRecord({'train_loss': self.loss, 'clients': self.n_clients})
 
+# %% ../nbs/17a_flower_server.ipynb #64b3b04c
 @patch
 def train_round(self: EngineStrategy, grid, rnd: int, arrays):
     "One round: the sampled clients train, the answers are aggregated; `asked` / `answered` count the clients."

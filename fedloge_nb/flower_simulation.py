@@ -13,7 +13,7 @@ from .flower_client import make_client_app
 # %% auto #0
 __all__ = ['run_flower', 'flower_backend']
 
-# %% ../nbs/17b_flower_simulation.ipynb #8700bd9b
+# %% ../nbs/17b_flower_simulation.ipynb #551b5b8a
 def _ray_did_not_start(e: BaseException) -> bool:
     "Does the chain of causes of `e` say that Ray's processes did not start in time (a busy machine)?"
     while e is not None:
@@ -21,6 +21,7 @@ def _ray_did_not_start(e: BaseException) -> bool:
         e = e.__cause__ or e.__context__
     return False
 
+# %% ../nbs/17b_flower_simulation.ipynb #8700bd9b
 def run_flower(cfg, fed=None, out=None, workers: int = 2, progress: bool = True, timeout: float | None = 600.0,
                resume: bool | list = False, min_clients: float = 1, tries: int = 3):
     "Run `cfg` on Flower's simulation engine (`run_simulation`, Ray backend, `workers` actors, one virtual SuperNode per client); returns the summary (a list of configs: one Ray start, a list of summaries; `resume` one flag for all or one per config)."

@@ -187,14 +187,7 @@ def _gmv_gains(optimisers: list | None = None) -> pd.DataFrame:
     t = t[t['row'] == 'improvement'].drop(columns='row')
     return t if optimisers is None else t.loc[optimisers]
 
-def _gmv_t4() -> pd.DataFrame:
-    "FedAvg+ETF+GMV Table 4, a block per local epochs, with Table 6's FeMNIST column beside the two rows it has."
-    t4, t6 = paper_csv('gmv_table4', 0), paper_csv('gmv_table6', 0)
-    t = pd.concat({f'E = {e}': g.drop(columns='local epochs').set_index('components') for e, g in t4.groupby('local epochs', sort=False)})
-    rows = {'None': 'FedAvg', 'FedETF': '+ETF&GMV'}                      # Table 6's methods: no ETF, the paper's FedAvg+ETF+GMV
-    fem = {(f'E = {e}', rows[m]): v for e, m, v in t6.itertuples(index=False) if m in rows}
-    return t.assign(**{'FeMNIST (Table 6)': [fem.get(k) for k in t.index]})
-
+# %% ../nbs/15c_ablations.ipynb #723bee92
 ABLATIONS['gmv_table2'] = Ablation(
     'FedAvg+ETF+GMV Table 2: the fixed ETF on five optimisers (gain of +ETF, points)', 'gmv_table2_optimisers',
     _gmv_gains,
@@ -213,6 +206,16 @@ ABLATIONS['gmv_table2_scaffold'] = Ablation(
     [Check('ETF helps SCAFFOLD (local lr 0.005)', 'scaffold+etf', 'scaffold', 'gm_acc')],
     note="0.005 is the largest lr of the screen at which every run trained, the table's included; validation preferred 0.01.")
 
+# %% ../nbs/15c_ablations.ipynb #88034c98
+def _gmv_t4() -> pd.DataFrame:
+    "FedAvg+ETF+GMV Table 4, a block per local epochs, with Table 6's FeMNIST column beside the two rows it has."
+    t4, t6 = paper_csv('gmv_table4', 0), paper_csv('gmv_table6', 0)
+    t = pd.concat({f'E = {e}': g.drop(columns='local epochs').set_index('components') for e, g in t4.groupby('local epochs', sort=False)})
+    rows = {'None': 'FedAvg', 'FedETF': '+ETF&GMV'}                      # Table 6's methods: no ETF, the paper's FedAvg+ETF+GMV
+    fem = {(f'E = {e}', rows[m]): v for e, m, v in t6.itertuples(index=False) if m in rows}
+    return t.assign(**{'FeMNIST (Table 6)': [fem.get(k) for k in t.index]})
+
+# %% ../nbs/15c_ablations.ipynb #528898cb
 _E = {f'fmnist_if100_a0.5_E{e}': f'E = {e}' for e in (2, 5)}
 ABLATIONS['gmv_table4'] = Ablation(
     'FedAvg+ETF+GMV Tables 4 and 6: ETF, memory vectors, both; 2 and 5 local epochs', 'gmv_table4_components',

@@ -55,20 +55,31 @@ class FedData:
     x_server: torch.Tensor | None = None   # class-balanced labelled set of the server (`server_per_class`), drawn from the training images
     y_server: torch.Tensor | None = None
 
-    @property
-    def has_val(self) -> bool: return self.y_val is not None and len(self.y_val) > 0
-    @property
-    def has_server(self) -> bool: return self.y_server is not None and len(self.y_server) > 0
-
-    @property
-    def clients(self) -> int: return len(self.train_idx)
-    @property
-    def local_test_counts(self) -> torch.Tensor:
-        "(K, C) local test counts."
-        return partition_counts(self.test_idx, self.y_test, self.num_classes)
     def __repr__(self):
         return (f"FedData({self.name}: {len(self.y_train)} train over {self.clients} clients, {len(self.y_test)} test, "
                 f"{self.num_classes} classes, {self.in_channels}x{self.img_size}x{self.img_size})")
+
+# %% ../nbs/02b_data.ipynb #812e5bc4
+@patch(as_prop=True)
+def has_val(self: FedData) -> bool:
+    "Whether the split has a non-empty global validation set (`x_val`, `y_val`)."
+    return self.y_val is not None and len(self.y_val) > 0
+
+@patch(as_prop=True)
+def has_server(self: FedData) -> bool:
+    "Whether the split has a non-empty labelled server set (`x_server`, `y_server`)."
+    return self.y_server is not None and len(self.y_server) > 0
+
+# %% ../nbs/02b_data.ipynb #a8af0ea1
+@patch(as_prop=True)
+def clients(self: FedData) -> int:
+    "The number of clients K."
+    return len(self.train_idx)
+
+@patch(as_prop=True)
+def local_test_counts(self: FedData) -> torch.Tensor:
+    "(K, C) local test counts."
+    return partition_counts(self.test_idx, self.y_test, self.num_classes)
 
 # %% ../nbs/02b_data.ipynb #b3c7b88e
 @patch

@@ -43,18 +43,21 @@ def _json_default(o):
     if isinstance(o, Path): return str(o)
     raise TypeError(f"not JSON serialisable: {type(o)}")
 
+# %% ../nbs/03a_guards.ipynb #9d988558
 def save_csv(path, rows: list[dict]):
     "Write a list of flat dicts as CSV atomically (union of keys, in first-seen order)."
     keys = list(dict.fromkeys(k for r in rows for k in r if not isinstance(r[k], (list, dict))))
     buf = io.StringIO(); w = csv.DictWriter(buf, keys, extrasaction='ignore'); w.writeheader(); w.writerows(rows)
     with disk_guard(path): atomic_write(path, buf.getvalue())
 
+# %% ../nbs/03a_guards.ipynb #cabd12ce
 def save_png(fig, path, dpi: int = 110, bbox_inches=None):
     "Write a matplotlib figure as PNG atomically and close it (`bbox_inches='tight'` crops it)."
     import matplotlib.pyplot as plt
     buf = io.BytesIO(); fig.savefig(buf, format='png', dpi=dpi, bbox_inches=bbox_inches); plt.close(fig)
     with disk_guard(path): atomic_write(path, buf.getvalue())
 
+# %% ../nbs/03a_guards.ipynb #fa890203
 def save_checkpoint(path, ckpt: dict, keep_previous: bool = False):
     "torch.save to a temp file, then os.replace (`keep_previous`: the checkpoint it replaces moves to `previous_checkpoint(path)` first)."
     buf = io.BytesIO(); torch.save(ckpt, buf)
@@ -66,6 +69,7 @@ def previous_checkpoint(path) -> Path:
     "Where the checkpoint before `path` is kept: `checkpoint.prev.pt` beside `checkpoint.pt`."
     p = Path(path); return p.with_name(f'{p.stem}.prev{p.suffix}')
 
+# %% ../nbs/03a_guards.ipynb #b4e09a74
 def load_checkpoint(path) -> dict:
     "Load a checkpoint written by `save_checkpoint` (weights_only), with a clear error when missing or corrupted."
     path = Path(path)

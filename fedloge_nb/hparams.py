@@ -48,20 +48,7 @@ def _is(v, t) -> bool:
 
 def _num(x) -> str: return f'{x:g}' if isinstance(x, float) else str(x)
 
-@patch
-def allowed(self: HP) -> str:
-    "What values are allowed, in words: `float in [0, 1)`, `int >= 1`, `'paper' or 'reference'`, `... or None (meaning)`."
-    t = _TYPES[self.type]
-    if self.choices is not None: s = ' or '.join(repr(c) for c in self.choices)
-    elif self.lo is not None and self.hi is not None:
-        s = f"{t} in {'(' if self.open_lo else '['}{_num(self.lo)}, {_num(self.hi)}{')' if self.open_hi else ']'}"
-    elif self.lo is not None: s = f"{t} {'>' if self.open_lo else '>='} {_num(self.lo)}"
-    elif self.hi is not None: s = f"{t} {'<' if self.open_hi else '<='} {_num(self.hi)}"
-    else: s = t
-    if self.form == 'list': s = f'a list of ({s})'
-    elif self.form == 'one|list': s = f'{s}, or a list of them'
-    return s + (f' or None ({self.none})' if self.none else '')
-
+# %% ../nbs/03c_hparams.ipynb #6cf31d29
 @patch
 def _problem1(self: HP, v) -> str | None:
     "Why one value `v` is not allowed (None: it is)."
@@ -82,6 +69,22 @@ def problem(self: HP, v) -> str | None:
     if self.form == 'list': return 'is not a list'
     return self._problem1(v)
 
+# %% ../nbs/03c_hparams.ipynb #7036f3a7
+@patch
+def allowed(self: HP) -> str:
+    "What values are allowed, in words: `float in [0, 1)`, `int >= 1`, `'paper' or 'reference'`, `... or None (meaning)`."
+    t = _TYPES[self.type]
+    if self.choices is not None: s = ' or '.join(repr(c) for c in self.choices)
+    elif self.lo is not None and self.hi is not None:
+        s = f"{t} in {'(' if self.open_lo else '['}{_num(self.lo)}, {_num(self.hi)}{')' if self.open_hi else ']'}"
+    elif self.lo is not None: s = f"{t} {'>' if self.open_lo else '>='} {_num(self.lo)}"
+    elif self.hi is not None: s = f"{t} {'<' if self.open_hi else '<='} {_num(self.hi)}"
+    else: s = t
+    if self.form == 'list': s = f'a list of ({s})'
+    elif self.form == 'one|list': s = f'{s}, or a list of them'
+    return s + (f' or None ({self.none})' if self.none else '')
+
+# %% ../nbs/03c_hparams.ipynb #12cb882f
 @patch
 def example(self: HP) -> str:
     "A value to show in an error message, written as `--hp` takes it."
@@ -91,6 +94,7 @@ def example(self: HP) -> str:
     if self.form == 'list' and not isinstance(v, (list, tuple)): v = [v]
     return json.dumps(v) if not isinstance(v, str) else v
 
+# %% ../nbs/03c_hparams.ipynb #64643516
 @patch
 def but(self: HP, **kw) -> HP:
     "A copy with some fields changed (a subclass's other default: `HP.but(default=False)`)."

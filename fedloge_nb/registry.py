@@ -91,6 +91,7 @@ def method_modules() -> list:
     extra = [m.strip() for m in os.environ.get(METHODS_ENV, '').replace(' ', ',').split(',') if m.strip()]
     return METHOD_MODULES + [m for m in dict.fromkeys(extra) if m not in METHOD_MODULES]
 
+# %% ../nbs/04_registry.ipynb #89e8e97f
 def load_methods():
     "Import every module that registers methods (an import error is raised, never skipped)."
     for m in method_modules():
@@ -100,6 +101,7 @@ def load_methods():
             raise ModuleNotFoundError(f"${METHODS_ENV} names module {m!r}, which Python cannot import: "
                                       f"put the folder that holds {m}.py on PYTHONPATH, or remove it from ${METHODS_ENV}") from None
 
+# %% ../nbs/04_registry.ipynb #44a33f17
 def get_method(name: str):
     "The `Algorithm` class registered as `name`; `BASE+PLUGIN[+PLUGIN]` is composed (`compose`) on first use."
     if name not in METHODS: load_methods()
@@ -109,6 +111,7 @@ def get_method(name: str):
                          f"or BASE+PLUGIN with a base in {', '.join(composable_bases())} and plug-ins {', '.join(sorted(PLUGINS))}")
     return METHODS[name]
 
+# %% ../nbs/04_registry.ipynb #ae48ecd9
 def matched_hp(cls, cfg: FedConfig) -> dict:
     "The hyperparameters that `cfg.post_epochs` sets for method `cls` ({} when unset or when the method does not adapt)."
     if cfg.post_epochs is None: return {}
@@ -117,6 +120,7 @@ def matched_hp(cls, cfg: FedConfig) -> dict:
     if clash: raise ValueError(f"--post_epochs {cfg.post_epochs} sets {clash} of {cls.name}, but --hp sets them too: drop one of the two")
     return ov
 
+# %% ../nbs/04_registry.ipynb #6694e3d1
 def make_algorithm(cfg: FedConfig) -> Algorithm:
     "Instantiate `cfg.method` with hyperparameters `cfg.hp` (and the matched post-training budget, if `cfg.post_epochs`)."
     cls = get_method(cfg.method)

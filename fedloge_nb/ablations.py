@@ -8,15 +8,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 from pathlib import Path
-from .aggregate import runs_frame, seed_table, paired_diff, fmt_mean_std, select_best, run_label, read_rows, label_histories, plot_curves, t_halfwidth
-from .budget import rule_verdict, detectable_diff, plot_forest, forest_markdown
+from .aggregate import runs_frame, seed_table, paired_diff, fmt_diff, fmt_mean_std, select_best, run_label, read_rows, label_histories, plot_curves, t_halfwidth
+from .budget import rule_verdict, detectable_diff, plot_forest, forest_markdown, family_verdicts
 from .report import sweep_path, not_run, paper_frame
 from .paper_tables import paper_csv, to_percent
 
 # %% auto #0
 __all__ = ['AGREE', 'ABLATIONS', 'FIXED', 'FT_EPOCHS', 'Check', 'check_diff', 'agreement', 'checks_table', 'ours_table',
            'best_label', 'Ablation', 'final_only', 'plot_ft_curve', 'plot_memory_grid', 'gmv_table1_direction',
-           'ablation_report', 'show_ablation', 'round_curves']
+           'checks_markdown', 'ablation_report', 'show_ablation', 'round_curves']
 
 # %% ../nbs/15c_ablations.ipynb #ab903628
 @dataclass
@@ -317,6 +317,37 @@ ABLATIONS['gmv_table1'] = Ablation(
          "SCAFFOLD's own local lr chosen on validation (`scaffold_lr_shards`). The paper's SCAFFOLD/RS row (83.8 / 73.0) is the "
          "one row whose 2-class number is above its 5-class one; its check on C10-100-2 is therefore 'worse' as printed.")
 
+# %% ../nbs/15c_ablations.ipynb #545bfd41
+_FA = {'FedAvg': 'fedavg', 'FedProx': 'fedprox', 'FedDyn': 'feddyn', 'Ditto': 'ditto', 'FedRep': 'fedrep', 'FedRoD': 'fedrod',
+       'CCVR': 'ccvr', 'FedNH': 'fednh'}                                                   # the appendix's names: our methods
+_FA_SETTINGS = {f'fmnist_if1_a{a}': f'alpha = {a}' for a in ('0.1', '0.05')}
+
+def _fedetf_setting() -> pd.DataFrame:
+    "The FedETF appendix's setting (it prints no numbers) beside ours."
+    rows = [('data', 'CIFAR-10', 'Fashion-MNIST, 1000 images per class (IF 1)'),
+            ('model', "the appendix's CNN", "the package's small CNN"),
+            ('clients', '20, all every round', '20, all every round'), ('split', 'Dirichlet alpha 0.1 / 0.05', 'the same'),
+            ('seeds', '7, 8, 9, 10', 'the same'),
+            ('local training', 'SGD momentum 0.9, wd 5e-4, lr x 0.99 a round', 'the same, 3 epochs at batch 128'),
+            ('local lr', 'not in the appendix', '0.1 / 0.04 by alpha, chosen on validation (FedAvg)'),
+            ('rounds', '200 (official code)', '100, mean of the last 4 evaluations'),
+            ('claim', 'FedETF best on GM and PM (main paper, Table 1)', 'checked below, paired by seed')]
+    return pd.DataFrame(rows, columns=['', 'FedETF appendix', 'ours']).set_index('')
+
+ABLATIONS['fedetf_appendix'] = Ablation(
+    "FedETF appendix's comparison: FedETF against eight methods, Dirichlet alpha 0.1 / 0.05, 20 clients", 'fedetf_appendix',
+    _fedetf_setting,
+    {'fedetf': 'FedETF', **{m: n for n, m in _FA.items()}}, {'gm_acc': 'GM', 'pm_acc': 'PM'},
+    [Check(f'{an}: FedETF beats {n} ({mn})', 'fedetf', m, metric, setting=s)
+     for metric, mn in (('gm_acc', 'GM'), ('pm_acc', 'PM')) for s, an in _FA_SETTINGS.items() for n, m in _FA.items()],
+    settings=_FA_SETTINGS,
+    note="Every method runs at the shared local lr of its alpha (0.1 at alpha 0.1, 0.04 at 0.05) except where it diverged "
+         "there: by the sweep file's divergence rule (fixed when FedProx diverged at lr 0.1, alpha 0.1, seed 7, round 3), "
+         "FedProx runs alpha 0.1 at 0.04. The methods' own hyperparameters are the appendix's (FedProx mu 0.001, FedDyn "
+         "alpha 0.01, FedRep's head epochs = E, CCVR 10 virtual features per class and 100 epochs, FedNH rho 0.9; Ditto's "
+         "lam 0.001 from the official code). PM is each method's own personalisation on the clients' local test sets "
+         "(the global model's for FedAvg, FedProx, FedDyn and CCVR).")
+
 # %% ../nbs/15c_ablations.ipynb #fe5096fe
 _IFS = {f'fmnist_if{i}_a0.2': f'IF = {i}' for i in (10, 50, 100)}
 _T4E = {'FedAvg': 'ecl', 'FedProx': 'fedprox+ecl', 'SCAFFOLD': 'scaffold+ecl', 'FedLC': 'fedlc+ecl'}   # the paper's phase I: our method
@@ -351,6 +382,23 @@ ABLATIONS['ecl_table3'] = Ablation(
                                            Check(f'{e}: scaling beats no scaling', 'ecl', None, 'pm_acc', 'pm_acc_ecl_noscale', setting=s))],
     settings=_IFS)
 
+# %% ../nbs/15c_ablations.ipynb #558999c9
+def _agreement_after(v: str, paper: str) -> str:
+    "`agreement` for a verdict after Holm ('not shown after Holm': a difference the correction does not keep)."
+    return 'not shown after Holm' if v == 'not shown after Holm' else agreement(v, paper)
+
+def checks_markdown(t: pd.DataFrame, alpha: float = 0.05) -> str:
+    "A checks table as markdown: claim, n, mean [95% CI], verdict, p, Holm p over the table, verdict after Holm, and the agreement with the paper before and after the correction."
+    t = family_verdicts(t, alpha)
+    f = lambda x: 'n/a' if x is None or pd.isna(x) else ('< 0.001' if x < 0.001 else f"{x:.3f}")
+    lines = [f'| claim | comparison | n | mean [95% CI] | verdict | p | Holm p (m = {int(t["p"].notna().sum())}) | verdict after Holm | vs the paper (after Holm) |',
+             '|---|---|---|---|---|---|---|---|---|']
+    for _, r in t.iterrows():
+        after = _agreement_after(r['verdict_holm'], r['paper'])
+        lines.append(f"| {r['metric']} | {r['comparison']} | {r['n']} | {fmt_diff(r)} | {r['verdict']} | {f(r['p'])} | {f(r['p_holm'])} | "
+                     f"{r['verdict_holm']} | {r['agreement']}{'' if after == r['agreement'] else f' ({after})'} |")
+    return '\n'.join(lines)
+
 # %% ../nbs/15c_ablations.ipynb #2747689f
 def ablation_report(name: str, sweeps=None) -> dict | None:
     "The paper's table, ours, the checks table and the count of finished cells of ablation `name`; None when its sweep has no results yet."
@@ -376,7 +424,7 @@ def show_ablation(name: str, sweeps=None):
     display(r['ours'])
     if ab.note: display(Markdown(ab.note))
     t = r['checks']
-    display(Markdown(forest_markdown(t) + '\n\n' + '; '.join(f"{m}: **{a}**" for m, a in zip(t['metric'], t['agreement']))))
+    display(Markdown(checks_markdown(t)))
     if t['n'].max() > 0:
         plot_forest(t, title=ab.title, xlabel='a minus b, per seed (accuracy points, %)'); plt.show()
     if ab.plot is not None and r['done']: ab.plot(sweep_path(ab.exp, 'results', sweeps)); plt.show()

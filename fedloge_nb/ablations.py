@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 from pathlib import Path
 from .aggregate import runs_frame, seed_table, paired_diff, fmt_diff, fmt_mean_std, select_best, run_label, read_rows, label_histories, plot_curves, t_halfwidth
-from .budget import rule_verdict, detectable_diff, plot_forest, forest_markdown, family_verdicts
+from .budget import rule_verdict, detectable_diff, plot_forest, family_verdicts
 from .report import sweep_path, not_run, paper_frame
 from .paper_tables import paper_csv, to_percent
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 from pathlib import Path
-from .aggregate import runs_frame, seed_table, paired_diff, fmt_diff, fmt_mean_std, select_best, run_label, read_rows, label_histories, plot_curves, t_halfwidth
+from .aggregate import runs_frame, seed_table, paired_diff, fmt_diff, fmt_p, fmt_mean_std, select_best, run_label, read_rows, label_histories, plot_curves, t_halfwidth
 from .budget import rule_verdict, detectable_diff, plot_forest, family_verdicts
 from .report import sweep_path, not_run, paper_frame
 from .paper_tables import paper_csv, to_percent
@@ -390,7 +390,7 @@ def _agreement_after(v: str, paper: str) -> str:
 def checks_markdown(t: pd.DataFrame, alpha: float = 0.05) -> str:
     "A checks table as markdown: claim, n, mean [95% CI], verdict, p, Holm p over the table, verdict after Holm, and the agreement with the paper before and after the correction."
     t = family_verdicts(t, alpha)
-    f = lambda x: 'n/a' if x is None or pd.isna(x) else ('< 0.001' if x < 0.001 else f"{x:.3f}")
+    f = fmt_p
     lines = [f'| claim | comparison | n | mean [95% CI] | verdict | p | Holm p (m = {int(t["p"].notna().sum())}) | verdict after Holm | vs the paper (after Holm) |',
              '|---|---|---|---|---|---|---|---|---|']
     for _, r in t.iterrows():

@@ -15,7 +15,7 @@ __all__ = ['TEXT_COLS', 'TIME_COLS', 'DIAG_COLS', 'CLIENT_COLS', 'METRICS', 'MET
            'fmt_values', 'read_rows', 'read_history', 'run_label', 'runs_frame', 'rounds_to_reach', 'is_metric',
            'aggregate', 'summary_markdown', 'save_fig', 'metric_label', 'plot_bars', 'plot_sensitivity',
            'method_styles', 'label_histories', 'plot_curves', 'stable', 'seed_table', 'select_best', 't_halfwidth',
-           'diff_interval', 'paired_diff', 'fmt_diff', 'paired_p', 'holm_adjust', 'selected_markdown']
+           'diff_interval', 'paired_diff', 'fmt_diff', 'paired_p', 'holm_adjust', 'fmt_p', 'selected_markdown']
 
 # %% ../nbs/14b_aggregate.ipynb #a9e10001
 def num(v) -> float | None:
@@ -302,6 +302,11 @@ def holm_adjust(pvals) -> list:
     for k, i in enumerate(order):
         run = max(run, min(1.0, (m - k) * float(pvals[i]))); out[i] = run
     return out
+
+# %% ../nbs/14b_aggregate.ipynb #73bc49fd
+def fmt_p(p) -> str:
+    "A p-value with three decimals, '< 0.001' below that, 'n/a' when missing."
+    return 'n/a' if p is None or pd.isna(p) else ('< 0.001' if p < 0.001 else f"{p:.3f}")
 
 # %% ../nbs/14b_aggregate.ipynb #139d1d76
 def selected_markdown(summary: list, rows: list, select=(('val_gm_acc', 'gm_acc'), ('val_pm_acc', 'pm_acc')), reference: str | None = 'fedloge') -> str:

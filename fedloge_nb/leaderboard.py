@@ -10,15 +10,15 @@ import numpy as np
 import pandas as pd
 import tomli_w
 from .sweep_file import SweepSpec, load_spec, parse_spec, expand
-from .aggregate import runs_frame, seed_table, select_best, stable, run_label, diff_interval, paired_p, holm_adjust, fmt_diff, fmt_mean_std, save_fig, read_rows
+from .aggregate import runs_frame, seed_table, select_best, stable, run_label, diff_interval, paired_p, holm_adjust, fmt_p, fmt_diff, fmt_mean_std, save_fig, read_rows
 from .report import sweep_path, command, repo_root
 from .datasets import atomic_write
 from .guards import disk_guard
 
 # %% auto #0
 __all__ = ['SELECT', 'LB_COLORS', 'LEADERBOARDS', 'chosen_variants', 'stage2_overrides', 'stage2_spec', 'write_stage2',
-           'leaderboard_table', 'fmt_p', 'leaderboard_markdown', 'plot_leaderboard', 'chosen_from_meta',
-           'leaderboard_report', 'show_leaderboard']
+           'leaderboard_table', 'leaderboard_markdown', 'plot_leaderboard', 'chosen_from_meta', 'leaderboard_report',
+           'show_leaderboard']
 
 # %% ../nbs/15e_leaderboard.ipynb #ddad85fb
 SELECT = (('val_gm_acc', 'gm_acc', 'GM'), ('val_pm_acc', 'pm_acc', 'PM'))   # (validation metric that chooses, test metric reported, column)
@@ -135,10 +135,6 @@ def leaderboard_table(rows, column: str = 'GM', chosen: pd.DataFrame | None = No
     return t
 
 # %% ../nbs/15e_leaderboard.ipynb #f03e35d5
-def fmt_p(p) -> str:
-    "A p-value with three decimals, '< 0.001' below that, 'n/a' when missing."
-    return 'n/a' if p is None or pd.isna(p) else ('< 0.001' if p < 0.001 else f"{p:.3f}")
-
 def leaderboard_markdown(t: pd.DataFrame) -> str:
     "The ranked table as markdown: rank, method (variant), n, mean ± std, best minus it [95% CI], p, Holm p, verdict (and the uncorrected one where it differs)."
     f = fmt_p

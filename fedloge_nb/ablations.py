@@ -16,7 +16,7 @@ from .paper_tables import paper_csv, to_percent
 # %% auto #0
 __all__ = ['AGREE', 'ABLATIONS', 'FIXED', 'FT_EPOCHS', 'Check', 'check_diff', 'agreement', 'checks_table', 'ours_table',
            'best_label', 'Ablation', 'final_only', 'plot_ft_curve', 'plot_memory_grid', 'gmv_table1_direction',
-           'checks_markdown', 'ablation_report', 'show_ablation', 'round_curves']
+           'checks_markdown', 'checks_summary', 'ablation_report', 'show_ablation', 'round_curves']
 
 # %% ../nbs/15c_ablations.ipynb #ab903628
 @dataclass
@@ -399,6 +399,26 @@ def checks_markdown(t: pd.DataFrame, alpha: float = 0.05) -> str:
                      f"{r['verdict_holm']} | {r['agreement']}{'' if after == r['agreement'] else f' ({after})'} |")
     return '\n'.join(lines)
 
+# %% ../nbs/15c_ablations.ipynb #dfa594b1
+def checks_summary(t: pd.DataFrame, alpha: float = 0.05) -> str:
+    "A checks table in one paragraph: after Holm's correction over the table, the checks shown as the paper says, those shown against it, and how many are not shown or not settled."
+    t = family_verdicts(t, alpha)
+    after = [_agreement_after(r['verdict_holm'], r['paper']) for _, r in t.iterrows()]
+    rows = list(zip((r for _, r in t.iterrows()), after))
+    if not any(r['n'] >= 2 for r, _ in rows): return f"None of the {len(t)} checks has two paired seeds yet: nothing is read."
+    named = lambda a: '; '.join(f"{r['metric']} ({r['mean']:+.2f}, n = {r['n']})" for r, x in rows if x == a)
+    count = lambda *a: sum(x in a for _, x in rows)
+    ns = [int(r['n']) for r, _ in rows if r['n'] >= 2]
+    parts = [f"Of the {len(t)} checks, {len(ns)} have two or more paired seeds (n = {min(ns)}"
+             f"{'' if min(ns) == max(ns) else f' to {max(ns)}'}); after Holm's correction over the {int(t['p'].notna().sum())} tested:"]
+    for label, a in (('as the paper says', 'as the paper'), ('against the paper', 'against the paper'),
+                     ('a difference the paper does not report', 'a difference the paper does not report')):
+        if named(a): parts.append(f"{label}: {named(a)}.")
+    if count('as the paper (no difference)'): parts.append(f"No difference, as the paper: {count('as the paper (no difference)')}.")
+    parts.append(f"Not shown either way: {count('not shown at this n', 'not shown after Holm')}"
+                 f"{f'; not settled (fewer than two paired seeds): {c}' if (c := count('not settled')) else ''}.")
+    return ' '.join(parts)
+
 # %% ../nbs/15c_ablations.ipynb #2747689f
 def ablation_report(name: str, sweeps=None) -> dict | None:
     "The paper's table, ours, the checks table and the count of finished cells of ablation `name`; None when its sweep has no results yet."
@@ -413,7 +433,7 @@ def ablation_report(name: str, sweeps=None) -> dict | None:
                 done=done, cells=len(rows))
 
 def show_ablation(name: str, sweeps=None):
-    "Display ablation `name`: the paper's table, ours, the checks as markdown and as a forest plot."
+    "Display ablation `name`: the paper's table, ours, the checks as markdown, in words and as a forest plot."
     from IPython.display import display, Markdown
     import matplotlib.pyplot as plt
     ab, r = ABLATIONS[name], ablation_report(name, sweeps)
@@ -425,6 +445,7 @@ def show_ablation(name: str, sweeps=None):
     if ab.note: display(Markdown(ab.note))
     t = r['checks']
     display(Markdown(checks_markdown(t)))
+    display(Markdown(checks_summary(t)))
     if t['n'].max() > 0:
         plot_forest(t, title=ab.title, xlabel='a minus b, per seed (accuracy points, %)'); plt.show()
     if ab.plot is not None and r['done']: ab.plot(sweep_path(ab.exp, 'results', sweeps)); plt.show()

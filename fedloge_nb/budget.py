@@ -6,7 +6,7 @@
 from __future__ import annotations
 import numpy as np
 import pandas as pd
-from .aggregate import read_rows, runs_frame, mean_std, select_best, paired_diff, selected_markdown, fmt_diff, num, run_label, paired_p, holm_adjust
+from .aggregate import read_rows, runs_frame, mean_std, select_best, paired_diff, selected_markdown, fmt_diff, num, run_label, paired_p, holm_adjust, fmt_p
 from .guards import save_png
 from .report import sweep_path, cell_summaries, command, not_run, ms
 
@@ -200,7 +200,7 @@ def family_verdicts(tab: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
 def family_markdown(tab: pd.DataFrame, alpha: float = 0.05) -> str:
     "The forest table with each comparison's p, Holm-adjusted p and corrected verdict beside its own verdict, as markdown."
     t = family_verdicts(tab, alpha)
-    f = lambda x: 'n/a' if x is None or pd.isna(x) else f"{x:.3f}"
+    f = fmt_p
     lines = [f'| comparison | n | mean [95% CI] | verdict | p | Holm p (m = {int(t["p"].notna().sum())}) | verdict after Holm |', '|---|---|---|---|---|---|---|']
     lines += [f"| {r['metric']}: {r['comparison']} | {r['n']} | {fmt_diff(r)} | {r['verdict']} | {f(r['p'])} | {f(r['p_holm'])} | {r['verdict_holm']} |"
               for _, r in t.iterrows()]

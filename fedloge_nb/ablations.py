@@ -346,7 +346,8 @@ ABLATIONS['fedetf_appendix'] = Ablation(
          "FedProx runs alpha 0.1 at 0.04, and so do FedDyn and Ditto (both diverged at lr 0.1, alpha 0.1, seed 10: rounds 4 and 2). The methods' own hyperparameters are the appendix's (FedProx mu 0.001, FedDyn "
          "alpha 0.01, FedRep's head epochs = E, CCVR 10 virtual features per class and 100 epochs, FedNH rho 0.9; Ditto's "
          "lam 0.001 from the official code). PM is each method's own personalisation on the clients' local test sets "
-         "(the global model's for FedAvg, FedProx, FedDyn and CCVR).")
+         "(the global model's for FedAvg, FedProx, FedDyn and CCVR). FedDyn is Acar et al.'s Algorithm 1 (chapter 08c), not the "
+         "variant in FedETF's code (an unsquared proximal norm, a size-weighted server mean).")
 
 # %% ../nbs/15c_ablations.ipynb #fe5096fe
 _IFS = {f'fmnist_if{i}_a0.2': f'IF = {i}' for i in (10, 50, 100)}

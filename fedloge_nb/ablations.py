@@ -413,14 +413,16 @@ def checks_summary(t: pd.DataFrame, alpha: float = 0.05) -> str:
     named = lambda a: '; '.join(f"{r['metric']} ({r['mean']:+.2f}, n = {r['n']})" for r, x in rows if x == a)
     count = lambda *a: sum(x in a for _, x in rows)
     ns = [int(r['n']) for r, _ in rows if r['n'] >= 2]
-    parts = [f"Of the {len(t)} checks, {len(ns)} have two or more paired seeds (n = {min(ns)}"
-             f"{'' if min(ns) == max(ns) else f' to {max(ns)}'}); after Holm's correction over the {int(t['p'].notna().sum())} tested:"]
-    for label, a in (('as the paper says', 'as the paper'), ('against the paper', 'against the paper'),
-                     ('a difference the paper does not report', 'a difference the paper does not report')):
+    n_txt = f"n = {min(ns)}" + ('' if min(ns) == max(ns) else f" to {max(ns)}")
+    parts = [f"Of the {len(t)} checks, {len(ns)} {'has' if len(ns) == 1 else 'have'} two or more paired seeds ({n_txt}); "
+             f"after Holm's correction over the {int(t['p'].notna().sum())} tested:"]
+    for label, a in (('As the paper says', 'as the paper'), ('Against the paper', 'against the paper'),
+                     ('A difference the paper does not report', 'a difference the paper does not report')):
         if named(a): parts.append(f"{label}: {named(a)}.")
-    if count('as the paper (no difference)'): parts.append(f"No difference, as the paper: {count('as the paper (no difference)')}.")
-    parts.append(f"Not shown either way: {count('not shown at this n', 'not shown after Holm')}"
-                 f"{f'; not settled (fewer than two paired seeds): {c}' if (c := count('not settled')) else ''}.")
+    for label, a in (('No difference, as the paper', ('as the paper (no difference)',)),
+                     ('Not shown either way', ('not shown at this n', 'not shown after Holm')),
+                     ('Not settled (fewer than two paired seeds)', ('not settled',))):
+        if count(*a): parts.append(f"{label}: {count(*a)}.")
     return ' '.join(parts)
 
 # %% ../nbs/15c_ablations.ipynb #2747689f

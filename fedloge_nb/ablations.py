@@ -344,14 +344,15 @@ ABLATIONS['fedetf_appendix'] = Ablation(
     note="Every method runs at the shared local lr of its alpha (0.1 at alpha 0.1, 0.04 at 0.05) except where it diverged "
          "there: by the sweep file's divergence rule (fixed when FedProx diverged at lr 0.1, alpha 0.1, seed 7, round 3), "
          "FedProx runs alpha 0.1 at 0.04, and so do FedDyn and Ditto (both diverged at lr 0.1, alpha 0.1, seed 10: rounds "
-         "4 and 2). The methods' own hyperparameters are the appendix's (FedProx mu 0.001, FedDyn alpha 0.01, FedRep's "
-         "head epochs = E, CCVR 10 virtual features per class and 100 epochs, FedNH rho 0.9; Ditto's lam 0.001 from the "
-         "official code). PM is each method's own personalisation on the clients' local test sets (the global model's for "
-         "FedAvg, FedProx, FedDyn and CCVR). FedDyn is Acar et al.'s Algorithm 1 (chapter 08c), not the variant in "
-         "FedETF's code (an unsquared proximal norm, a size-weighted server mean). Every model here steps with the run's "
-         "SGD (momentum 0.9, weight decay 5e-4), as the appendix's text says; in FedETF's code FedProx's clients and "
-         "Ditto's personal models step with plain gradient descent plus the proximal pull (its `PerturbedGradientDescent`: "
-         "no momentum, no weight decay), the two models that diverged here at lr 0.1.")
+         "4 and 2); FedDyn runs alpha 0.05 at 0.01 (it diverged at 0.04, seed 10, round 85). The methods' own "
+         "hyperparameters are the appendix's (FedProx mu 0.001, FedDyn alpha 0.01, FedRep's head epochs = E, CCVR 10 "
+         "virtual features per class and 100 epochs, FedNH rho 0.9; Ditto's lam 0.001 from the official code). PM is each "
+         "method's own personalisation on the clients' local test sets (the global model's for FedAvg, FedProx, FedDyn and "
+         "CCVR). FedDyn is Acar et al.'s Algorithm 1 (chapter 08c), not the variant in FedETF's code (an unsquared "
+         "proximal norm, a size-weighted server mean). Every model here steps with the run's SGD (momentum 0.9, weight "
+         "decay 5e-4), as the appendix's text says; in FedETF's code FedProx's clients and Ditto's personal models step "
+         "with plain gradient descent plus the proximal pull (its `PerturbedGradientDescent`: no momentum, no weight "
+         "decay), the two models that diverged here at lr 0.1.")
 
 # %% ../nbs/15c_ablations.ipynb #fe5096fe
 _IFS = {f'fmnist_if{i}_a0.2': f'IF = {i}' for i in (10, 50, 100)}

@@ -344,7 +344,8 @@ ABLATIONS['fedetf_appendix'] = Ablation(
     note="Every method runs at the shared local lr of its alpha (0.1 at alpha 0.1, 0.04 at 0.05) except where it diverged "
          "there: by the sweep file's divergence rule (fixed when FedProx diverged at lr 0.1, alpha 0.1, seed 7, round 3), "
          "FedProx runs alpha 0.1 at 0.04, and so do FedDyn and Ditto (both diverged at lr 0.1, alpha 0.1, seed 10: rounds "
-         "4 and 2) and FedRoD (at lr 0.1, alpha 0.1, seed 9, round 13); FedDyn runs alpha 0.05 at 0.01 (it diverged at 0.04, seed 10, round 85). The methods' own "
+         "4 and 2) and FedRoD (at lr 0.1, alpha 0.1, seed 9, round 13); FedDyn runs alpha 0.05 at 0.01 (it diverged at "
+         "0.04, seed 10, round 85). The methods' own "
          "hyperparameters are the appendix's (FedProx mu 0.001, FedDyn alpha 0.01, FedRep's head epochs = E, CCVR 10 "
          "virtual features per class and 100 epochs, FedNH rho 0.9; Ditto's lam 0.001 from the official code). PM is each "
          "method's own personalisation on the clients' local test sets (the global model's for FedAvg, FedProx, FedDyn and "
@@ -389,17 +390,13 @@ ABLATIONS['ecl_table3'] = Ablation(
     settings=_IFS)
 
 # %% ../nbs/15c_ablations.ipynb #558999c9
-def _corrected(t: pd.DataFrame, alpha: float) -> pd.DataFrame:
-    "`t` with Holm's correction over its rows (`family_verdicts`), unless it already carries it."
-    return t if 'verdict_holm' in t else family_verdicts(t, alpha)
-
 def _agreement_after(v: str, paper: str) -> str:
     "`agreement` for a verdict after Holm ('not shown after Holm': a difference the correction does not keep)."
     return 'not shown after Holm' if v == 'not shown after Holm' else agreement(v, paper)
 
 def checks_markdown(t: pd.DataFrame, alpha: float = 0.05) -> str:
     "A checks table as markdown: claim, n, mean [95% CI], verdict, p, Holm p over the table, verdict after Holm, and the agreement with the paper before and after the correction."
-    t = _corrected(t, alpha)
+    t = family_verdicts(t, alpha)
     f = fmt_p
     lines = [f'| claim | comparison | n | mean [95% CI] | verdict | p | Holm p (m = {int(t["p"].notna().sum())}) | verdict after Holm | vs the paper (after Holm) |',
              '|---|---|---|---|---|---|---|---|---|']
@@ -412,7 +409,7 @@ def checks_markdown(t: pd.DataFrame, alpha: float = 0.05) -> str:
 # %% ../nbs/15c_ablations.ipynb #dfa594b1
 def checks_summary(t: pd.DataFrame, alpha: float = 0.05) -> str:
     "A checks table in one paragraph: after Holm's correction over the table, the checks shown as the paper says, those shown against it, and how many are not shown or not settled."
-    t = _corrected(t, alpha)
+    t = family_verdicts(t, alpha)
     after = [_agreement_after(r['verdict_holm'], r['paper']) for _, r in t.iterrows()]
     rows = list(zip((r for _, r in t.iterrows()), after))
     if not any(r['n'] >= 2 for r, _ in rows): return f"None of the {len(t)} checks has two paired seeds yet: nothing is read."
@@ -455,7 +452,7 @@ def show_ablation(name: str, sweeps=None):
     display(Markdown(f"Ours (`{ab.exp}`, {r['done']} of {r['cells']} cells finished; mean ± std over seeds, {'final evaluation' if ab.window == 'final' else 'means of the last k evaluations (last_k of the sweep file, 3 unless set), final values for what exists only after training'}):"))
     display(r['ours'])
     if ab.note: display(Markdown(ab.note))
-    t = family_verdicts(r['checks'])                                           # corrected once, read by both
+    t = r['checks']
     display(Markdown(checks_markdown(t)))
     display(Markdown(checks_summary(t)))
     if t['n'].max() > 0:

@@ -1,12 +1,13 @@
 """FedIC's server, traced round by round: why its leaderboard runs diverge at lr 0.05 (chapter 08m).
 
-Runs FedIC from a leaderboard cell's config.json for a few rounds and writes one row a round: the clients' losses, the
+Runs FedIC from a leaderboard cell's config.json (the traced lr-0.05 cell's, whose folder left the leaderboard when
+FedIC moved to lr 0.02, is kept beside its trace) for a few rounds and writes one row a round: the clients' losses, the
 distilled global model's cross-entropy and largest |logit| on the server set, the weight norms of the FedAvg average
 and of the distilled model, and the teacher's largest per-class scale a. Nothing in the method changes: the trace is a
 subclass whose `aggregate` calls FedIC's and reads the result.
 
     OMP_NUM_THREADS=1 .venv/bin/python scripts/fedic_trace.py \
-        results/sweeps/leaderboard_if100/fmnist_if100_a0.5_fedic_s0/config.json 24 results/fedic_trace/if100_s0_lr0.05.csv
+        results/fedic_trace/if100_s0_lr0.05_config.json 24 results/fedic_trace/if100_s0_lr0.05.csv
 """
 import json, sys
 from pathlib import Path

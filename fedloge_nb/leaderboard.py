@@ -10,15 +10,15 @@ import numpy as np
 import pandas as pd
 import tomli_w
 from .sweep_file import SweepSpec, load_spec, parse_spec, expand
-from .aggregate import runs_frame, seed_table, select_best, stable, run_label, diff_interval, paired_p, holm_adjust, fmt_p, fmt_diff, fmt_mean_std, save_fig, read_rows
+from .aggregate import runs_frame, seed_table, select_best, stable, run_label, diff_interval, num, paired_p, holm_adjust, fmt_p, fmt_diff, fmt_mean_std, save_fig, read_rows
 from .report import sweep_path, command, repo_root
 from .datasets import atomic_write
 from .guards import disk_guard
 
 # %% auto #0
 __all__ = ['SELECT', 'LB_COLORS', 'LEADERBOARDS', 'chosen_variants', 'stage2_overrides', 'stage2_spec', 'write_stage2',
-           'leaderboard_table', 'leaderboard_markdown', 'plot_leaderboard', 'chosen_from_meta', 'leaderboard_report',
-           'show_leaderboard']
+           'leaderboard_table', 'leaderboard_markdown', 'plot_leaderboard', 'own_budget_rows', 'budget_check',
+           'budget_markdown', 'chosen_from_meta', 'leaderboard_report', 'show_leaderboard']
 
 # %% ../nbs/15e_leaderboard.ipynb #ddad85fb
 SELECT = (('val_gm_acc', 'gm_acc', 'GM'), ('val_pm_acc', 'pm_acc', 'PM'))   # (validation metric that chooses, test metric reported, column)
@@ -171,6 +171,48 @@ def plot_leaderboard(t: pd.DataFrame, path=None, title: str = '', metric_name: s
     if title: ax.set_title(title, fontsize=10, loc='left')
     return save_fig(fig, path) if path is not None else fig
 
+# %% ../nbs/15e_leaderboard.ipynb #983e21e8
+def own_budget_rows(rows) -> list:
+    "Stage-2 rows read at each method's own post-training budget: `gm_acc` / `pm_acc` replaced by `own_gm_acc` / `own_pm_acc` where a run recorded a different value (its last-k mean dropped then)."
+    out = []
+    for r in (rows.to_dict('records') if isinstance(rows, pd.DataFrame) else rows):
+        r = dict(r)
+        for m in ('gm_acc', 'pm_acc'):
+            o, v = num(r.get(f'own_{m}')), num(r.get(m))
+            if o is not None and o != v: r[m], r[f'{m}_lastk'] = o, None
+        out.append(r)
+    return out
+
+def budget_check(rows, column: str = 'GM', chosen: pd.DataFrame | None = None, setting: str | None = None) -> pd.DataFrame:
+    "Per method, the leaderboard at the matched budget beside the same runs at its own post-training budget: rank, mean, verdict of each, and own minus matched per seed (mean, 95% interval) where they differ."
+    a, b = leaderboard_table(rows, column, chosen, setting), leaderboard_table(own_budget_rows(rows), column, chosen, setting)
+    if not len(a): return pd.DataFrame()
+    metric = next(m for _, m, c in SELECT if c == column)
+    df1, df2 = runs_frame(rows), runs_frame(own_budget_rows(rows))
+    if setting is not None: df1, df2 = df1[df1['setting'] == setting], df2[df2['setting'] == setting]
+    t1, t2 = seed_table(df1, metric, ('label',)), seed_table(df2, metric, ('label',))
+    bb = b.set_index('label'); out = []
+    for _, r in a.iterrows():
+        l = r['label']; d = (t2[l] - t1[l]).dropna() if l in t1 else pd.Series(dtype=float)
+        differs = bool((d.abs() > 1e-9).any()); di = diff_interval(d.tolist()) if differs else {}
+        out.append(dict(label=l, method=r['method'], variant=r['variant'], rank=r['rank'], mean=r['mean'], verdict=r['verdict'],
+                        own_rank=bb.loc[l, 'rank'], own_mean=bb.loc[l, 'mean'], own_verdict=bb.loc[l, 'verdict'], own_differs=differs,
+                        d_mean=di.get('mean'), d_lo=di.get('lo'), d_hi=di.get('hi')))
+    return pd.DataFrame(out)
+
+def budget_markdown(c: pd.DataFrame) -> str:
+    "`budget_check` as markdown: the matched reading, the own-budget reading, own minus matched [95% CI] (a verdict that changes in bold)."
+    rk = lambda v: '-' if v is None or pd.isna(v) else int(v)
+    lines = ['| method (chosen variant) | matched: rank, mean, verdict | own budget: rank, mean, verdict | own minus matched [95% CI] |',
+             '|---|---|---|---|']
+    for _, r in c.iterrows():
+        ov = f"**{r['own_verdict']}**" if r['own_verdict'] != r['verdict'] else r['own_verdict']
+        d = fmt_diff(dict(mean=r['d_mean'], lo=r['d_lo'], hi=r['d_hi'])) if r['own_differs'] else 'same runs'
+        lines.append(f"| {r['method']}{f' ({r.variant})' if r['variant'] else ''} | {rk(r['rank'])}, {fmt_mean_std(r['mean'], None)}, {r['verdict']} | "
+                     f"{rk(r['own_rank'])}, {fmt_mean_std(r['own_mean'], None)}, {ov} | {d} |")
+    return '\n'.join(lines)
+
+
 # %% ../nbs/15e_leaderboard.ipynb #7359dc2e
 LEADERBOARDS = {   # stage-2 sweep: (stage-1 sweep, setting, in words)
     'leaderboard_if100': ('leaderboard_val', 'fmnist_if100_a0.5', 'Fashion-MNIST-LT, global long tail IF 100, Dirichlet alpha 0.5'),
@@ -188,7 +230,7 @@ def chosen_from_meta(meta: dict, setting: str) -> pd.DataFrame:
     return pd.DataFrame(out, columns=['setting', 'column', 'metric', 'method', 'variant', 'label'])
 
 def leaderboard_report(name: str, sweeps=None, experiments=None) -> dict:
-    "Stage 1's progress and choices for leaderboard `name` (LEADERBOARDS) and, once stage 2 has run, its GM and PM tables (the choices as the stage-2 file records them)."
+    "Stage 1's progress and choices for leaderboard `name` (LEADERBOARDS) and, once stage 2 has run, its GM and PM tables (the choices as the stage-2 file records them) and their readings at each method's own post-training budget."
     s1, setting, words = LEADERBOARDS[name]
     p1, p2 = sweep_path(s1, 'results', sweeps), sweep_path(name, 'results', sweeps)
     f2 = Path(experiments or repo_root()/'experiments')/f'{name}.toml'
@@ -197,10 +239,11 @@ def leaderboard_report(name: str, sweeps=None, experiments=None) -> dict:
     spec2 = load_spec(f2) if f2.exists() else None
     chosen = chosen_from_meta(spec2.meta, setting) if spec2 else (chosen_variants(rows1) if rows1 else None)
     tables = {c: leaderboard_table(rows2, c, chosen, setting) for _, _, c in SELECT} if rows2 and chosen is not None else {}
+    budget = {c: budget_check(rows2, c, chosen, setting) for c in tables}
     progress2 = (_progress(rows2) if rows2 else f"written (`experiments/{name}.toml`, {len(expand(spec2))} cells), none finished yet" if spec2
                  else 'not written')
     return dict(name=name, stage1=s1, setting=setting, words=words, stage1_progress=_progress(rows1) if rows1 else 'not run',
-                stage2_progress=progress2, written=spec2 is not None, chosen=chosen, tables=tables)
+                stage2_progress=progress2, written=spec2 is not None, chosen=chosen, tables=tables, budget=budget)
 
 # %% ../nbs/15e_leaderboard.ipynb #d389d76c
 def show_leaderboard(name: str, sweeps=None, save: bool = True, experiments=None):
@@ -217,4 +260,8 @@ def show_leaderboard(name: str, sweeps=None, save: bool = True, experiments=None
         display(Markdown(f"**{col}** (each method at the variant chosen on validation for {col}; seeds: n)\n\n" + leaderboard_markdown(t)))
         path = sweep_path(name, 'plots', sweeps)/f'leaderboard_{col.lower()}.png' if save else None
         plot_leaderboard(t, path, title=f"{r['words']}: {col}, method minus the best"); plt.show()
+    for col, c in r['budget'].items():
+        if len(c) and c['own_differs'].any():
+            display(Markdown(f"**{col} at each method's own post-training budget** (the second reading of chapter 15e, written after "
+                             f"the IF 100 table was read; the leaderboard is the table above)\n\n" + budget_markdown(c)))
     return r

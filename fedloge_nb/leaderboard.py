@@ -171,7 +171,7 @@ def plot_leaderboard(t: pd.DataFrame, path=None, title: str = '', metric_name: s
     if title: ax.set_title(title, fontsize=10, loc='left')
     return save_fig(fig, path) if path is not None else fig
 
-# %% ../nbs/15e_leaderboard.ipynb #983e21e8
+# %% ../nbs/15e_leaderboard.ipynb #639c3d3c
 def own_budget_rows(rows) -> list:
     "Stage-2 rows read at each method's own post-training budget: `gm_acc` / `pm_acc` replaced by `own_gm_acc` / `own_pm_acc` where a run recorded a different value (its last-k mean dropped then)."
     out = []

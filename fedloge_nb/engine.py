@@ -92,7 +92,7 @@ def make_summary(cfg: FedConfig, fed, algo: Algorithm, final: dict, history: lis
             **last_k_means(history, final, cfg.last_k), 'last_k': cfg.last_k,
             'train_time_s': round(train_time, 3), 'finish_time_s': round(finish_time, 3),
             'sec_per_round': round(train_time / cfg.rounds, 4),
-            'shot_rule': fed.shot_rule, 'hp': algo.hp, 'revision': revision(type(algo)), 'config': cfg.key(),
+            'shot_rule': fed.shot_rule, 'hp': algo.hp, 'revision': revision(type(algo), algo.hp), 'config': cfg.key(),
             'environment': environment(algo.device)}
 
 def environment(device='cpu') -> dict:

@@ -116,7 +116,8 @@ def _sse_c_key(**args) -> str | None:
 
 def cached_sse_c(d: int, C: int, beta: float = 0.6, gamma: float = 1.0, steps: int = 10_000, lr: float = 1e-4, seed: int = 0,
                  init: str = 'etf') -> torch.Tensor:
-    "`sse_c(d, C, ...)[0]` (float32, CPU) from `init` (another start than the ETF is masked and rescaled to gamma first), cached."
+    "`sse_c(d, C, ...)[0]` (float32, CPU) from `init` (another start than the ETF is masked and rescaled to gamma first), cached; above norm 1 the solution at norm 1 times gamma."
+    if gamma > 1: return cached_sse_c(d, C, beta, 1.0, steps, lr, seed, init) * float(gamma)   # Eq. 5 at gamma = gamma x Eq. 5 at 1 (chapter 01)
     folder = sse_c_cache_dir()
     args = dict(d=int(d), C=int(C), beta=float(beta), gamma=float(gamma), steps=int(steps), lr=float(lr), seed=int(seed))
     if init != 'etf': args['init'] = str(init)                          # the ETF start keeps the keys solves were stored under

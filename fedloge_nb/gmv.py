@@ -163,8 +163,9 @@ class SSECPlugin(ETFPlugin):
                    sse_steps=HP(10_000, "gradient steps of Eq. 5's solve", lo=0),
                    sse_lr=HP(1e-4, "learning rate of Eq. 5's solve", lo=0, open_lo=True))
     def fixed_classifier(self, d, C, cfg):
-        return sse_c(d, C, beta=self.hp['beta'], gamma=self.hp['gamma'], steps=int(self.hp['sse_steps']), lr=self.hp['sse_lr'],
-                     seed=derive_seed(cfg.seed, 'sse_c') % (2**31))[0]
+        from fedloge_nb.fedloge import cached_sse_c                                # FedLoGe's solve: above norm 1 the solution at 1, scaled (chapter 06)
+        return cached_sse_c(d, C, beta=self.hp['beta'], gamma=self.hp['gamma'], steps=int(self.hp['sse_steps']), lr=self.hp['sse_lr'],
+                            seed=derive_seed(cfg.seed, 'sse_c') % (2**31))
 
 # %% ../nbs/09a_gmv.ipynb #a9e70002
 @register_plugin('gmv')

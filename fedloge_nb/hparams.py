@@ -152,9 +152,13 @@ HP_ADDED = {      # method (a plug-in: '+name') -> hyperparameters added after r
     '+ecl': dict(lws_epochs=10),                              # ECL Table 3's LWS mode (the plug-in, so every base+ecl too)
     'scaffold': dict(local_lr=None),                          # SCAFFOLD's own local lr (the lr screens)
 }
-REVISIONS = {     # method -> revision: raised when a code change alters the method's numbers, so older results turn stale
+def _sse_c_above_1(hp: dict) -> bool: return hp.get('classifier', 'sse_c') == 'sse_c' and float(hp.get('gamma', 1.0)) > 1
+
+REVISIONS = {     # method -> revision, or (revision, the runs it concerns): raised when a code change alters the method's numbers, so older results turn stale
     'fedetf': 1,                                              # 1: balanced softmax with absent classes at -inf (was: zero counts -> 1)
     'ecl': 1,                                                 # 1: the same change in ECL's balanced softmax
+    'fedloge': (1, _sse_c_above_1),                           # 1: SSE-C above norm 1 is the solution at norm 1 scaled (was: an unconverged solve)
+    '+sse_c': (1, _sse_c_above_1),                            # 1: the same for the SSE-C plug-in
 }
 HP_RENAMED = {'ratio_loss': {'alpha': 'ratio_alpha', 'beta': 'ratio_beta'}}   # method -> {old name: new name}
 
@@ -171,13 +175,14 @@ def hp_added(cls) -> dict:
     "The later hyperparameters of `cls` and of every class it is built from (a composed method's base and plug-ins too)."
     return {k: v for key in reversed(compat_keys(cls)) for k, v in HP_ADDED.get(key, {}).items()}
 
-def revision(cls) -> int:
-    "The method's revision: the largest of its classes' (0 when none changed its numbers)."
-    return max((REVISIONS.get(key, 0) for key in compat_keys(cls)), default=0)
+def revision(cls, hp: dict | None = None) -> int:
+    "The method's revision for a run with hyperparameters `hp`: the largest of its classes' (0 when none changed its numbers; a conditional one counts when `hp` is None)."
+    revs = [REVISIONS.get(key, 0) for key in compat_keys(cls)]
+    return max((r[0] if hp is None or r[1](hp) else 0) if isinstance(r, tuple) else r for r in revs) if revs else 0
 
 def hp_key(algo) -> str:
     "The method's resolved hyperparameters (and its revision when > 0) as canonical JSON: a changed default or method must not resume silently."
-    rev, added = revision(type(algo)), hp_added(type(algo))
+    rev, added = revision(type(algo), algo.hp), hp_added(type(algo))
     hp = {k: v for k, v in algo.hp.items() if not (k in added and v == added[k])}   # so checkpoints made before them still resume
     return json.dumps({**hp, '_revision': rev} if rev else hp, sort_keys=True, default=str)
 

@@ -49,7 +49,7 @@ def stale_hp(cell: Cell, summary: dict) -> list:
     except Exception: return []
     rec = _norm(current_names(cell.cfg.method, rec))
     out = sorted(k for k in rec.keys() & cur.keys() if rec[k] != cur[k])
-    return out + (['revision'] if summary.get('revision', 0) != revision(type(algo)) else [])
+    return out + (['revision'] if summary.get('revision', 0) != revision(type(algo), algo.hp) else [])
 
 # %% ../nbs/15_sweep.ipynb #e5c00004
 def cell_state(cell: Cell, out) -> str:

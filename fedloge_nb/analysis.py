@@ -95,7 +95,7 @@ def run_features(run) -> dict:
     return dict(ht=ht, mu=mu, var=var, mu_tr=mu_tr, zero=(W == 0) if (W == 0).any() else None, fed=fed)
 
 # %% ../nbs/10_degeneration.ipynb #50854fe8
-COMMITTED_HP = {'gamma': 1.0}    # FedLoGe hyperparameters of the committed results/analysis runs that differ from today's defaults
+COMMITTED_HP = {'gamma': 1.0, 'ft_lr': None}    # FedLoGe hyperparameters of the committed results/analysis runs that differ from today's defaults
 
 def committed_runs(cache='runs/analysis', progress: bool = False, verbose: bool = True):
     "(configs, runs) of the committed figures in results/analysis: analysis_configs() with COMMITTED_HP, trained once into `cache` (minutes)."

@@ -61,14 +61,14 @@ class FedLoGe(Algorithm):
     kind = 'generic+personalised'
     hparams = dict(
         beta=HP(0.6, 'sparsity of SSE-C: the fraction of each column set to zero (Eq. 5)', lo=0, hi=1, open_hi=True),
-        gamma=HP(4.0, "target column norm of SSE-C (the norm Eq. 5's solution is rescaled to)", lo=0, open_lo=True),
+        gamma=HP(2.0, "target column norm of SSE-C (above 1: Eq. 5's solution at norm 1, scaled)", lo=0, open_lo=True),
         sse_steps=HP(10_000, "gradient steps of Eq. 5's solve", lo=0),
         sse_lr=HP(1e-4, "learning rate of Eq. 5's solve", lo=0, open_lo=True),
         classifier=HP('sse_c', "the frozen classifier: SSE-C, or a fixed initialisation (Table 9)", choices=('sse_c',) + INIT_KINDS),
         ga_fr=HP(True, 'GM reads the realigned psi of GA-FR (Eq. 6); False: psi as trained'),
         la_fr=HP(True, 'PM reads LA-FR (Eq. 7) with the finetuned phi_k; False: phi_k alone'),
         ft_epochs=HP(5, "local epochs of phi'_k's finetuning after training (stage 3)", lo=0),
-        ft_lr=HP(None, "lr of that finetuning; a list: candidates, chosen on validation data", type=float, lo=0, open_lo=True,
+        ft_lr=HP(0.02, "lr of that finetuning; a list: candidates, chosen on validation data", type=float, lo=0, open_lo=True,
                  none="the run's lr", form='one|list'),
         personal=HP('paper', "how LA-FR combines psi and phi_k: 'paper' (Eq. 7) or 'reference' (the official code)", choices=('paper', 'reference')),
         sparse=HP(False, 'sparsify the fixed initialisation with beta (Table 9; SSE-C is sparse already)'),

@@ -159,7 +159,7 @@ class ETFPlugin(Plugin):
 class SSECPlugin(ETFPlugin):
     "Plug-in: FedLoGe's frozen sparse ETF classifier SSE-C (Eq. 5, FedLoGe's defaults and seed tag) in place of the dense ETF."
     hparams = dict(beta=HP(0.6, 'sparsity of SSE-C (Eq. 5)', lo=0, hi=1, open_hi=True),
-                   gamma=HP(4.0, 'target column norm of SSE-C', lo=0, open_lo=True),
+                   gamma=HP(2.0, 'target column norm of SSE-C', lo=0, open_lo=True),
                    sse_steps=HP(10_000, "gradient steps of Eq. 5's solve", lo=0),
                    sse_lr=HP(1e-4, "learning rate of Eq. 5's solve", lo=0, open_lo=True))
     def fixed_classifier(self, d, C, cfg):

@@ -15,11 +15,13 @@ from .engine import RunResult, run_fl
 from .guards import load_checkpoint
 
 # %% auto #0
-__all__ = ['BACKBONES', 'COMMITTED_HP', 'analysis_configs', 'tiny_configs', 'run_name', 'trained_run', 'features',
+__all__ = ['COMMITTED_HP', 'BACKBONES', 'analysis_configs', 'tiny_configs', 'run_name', 'trained_run', 'features',
            'class_mean_features', 'analysis_runs', 'run_features', 'committed_runs', 'sorted_profiles',
            'degeneration_summary', 'plot_degeneration', 'degeneration_figure', 'round_floats', 'numbers_differ']
 
 # %% ../nbs/10_degeneration.ipynb #39337fa1
+COMMITTED_HP = {'gamma': 1.0, 'ft_lr': None}    # FedLoGe hyperparameters of the committed results/analysis runs that differ from today's defaults
+
 def analysis_configs(rounds: int = 100, frac: float = 0.5, local_epochs: int = 1, batch_size: int = 64, lr: float = 0.05,
                      seed: int = 0, dataset: str = 'fmnist', imb_factor: float = 100, alpha: float = 0.5, clients: int = 20,
                      model: str = 'cnn', device: str = 'cpu', **kw) -> dict:
@@ -30,9 +32,9 @@ def analysis_configs(rounds: int = 100, frac: float = 0.5, local_epochs: int = 1
     return {c: FedConfig(**base, hp={**hp, 'classifier': c}) for c in ('sse_c', 'etf')}
 
 def tiny_configs(rounds: int = 8, **kw) -> dict:
-    "The same pair on digits (IF=10, 5 clients, full participation, short SSE-C optimisation): seconds, for tests."
+    "The same pair on digits (IF=10, 5 clients, full participation, short SSE-C optimisation, gamma 4 so that 8 rounds train): seconds, for tests."
     args = dict(dataset='digits', imb_factor=10, clients=5, frac=1.0, rounds=rounds, batch_size=16, lr=0.05,
-                eval_every=rounds, hp=dict(sse_steps=300, sse_lr=1e-2))
+                eval_every=rounds, hp=dict(sse_steps=300, sse_lr=1e-2, gamma=4.0))
     return analysis_configs(**{**args, **kw})
 
 def run_name(cfg: FedConfig) -> str:
@@ -95,8 +97,6 @@ def run_features(run) -> dict:
     return dict(ht=ht, mu=mu, var=var, mu_tr=mu_tr, zero=(W == 0) if (W == 0).any() else None, fed=fed)
 
 # %% ../nbs/10_degeneration.ipynb #50854fe8
-COMMITTED_HP = {'gamma': 1.0, 'ft_lr': None}    # FedLoGe hyperparameters of the committed results/analysis runs that differ from today's defaults
-
 def committed_runs(cache='runs/analysis', progress: bool = False, verbose: bool = True):
     "(configs, runs) of the committed figures in results/analysis: analysis_configs() with COMMITTED_HP, trained once into `cache` (minutes)."
     cfgs = analysis_configs(hp=COMMITTED_HP)

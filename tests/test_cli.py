@@ -92,7 +92,7 @@ def test_bad_inputs(tmp_path, args, msg, main_in_process):
 
 def test_hp_help_lists_the_methods_hyperparameters(tmp_path, main_in_process):
     code, o, _ = main_in_process('run', '--method', 'fedloge', '--hp', 'help', '--out', tmp_path / 'x')   # the table, nothing runs
-    assert code == 0 and '| `gamma` | float > 0 | `4.0` |' in o and '--hp' in o and not (tmp_path / 'x').exists(), o
+    assert code == 0 and '| `gamma` | float > 0 | `2.0` |' in o and '--hp' in o and not (tmp_path / 'x').exists(), o
     code, o, _ = main_in_process('run', '--method', 'scaffold+ecl', '--hp', 'help')               # a composed method: base and plug-in
     assert code == 0 and '`eta_g`' in o and '`lws_epochs`' in o
 

@@ -16,6 +16,7 @@ from .evaluation import forward_batched
 from .models import make_backbone
 from .etf import simplex_etf
 from .sse_c import FixedClassifier, sse_c
+from .fedloge import cached_sse_c
 
 # %% auto #0
 __all__ = ['GMVBank', 'ETFGMVNet', 'class_means', 'gmv_update', 'FedAvgETFGMV', 'FedAvgETF', 'FedProxETFGMV', 'FixedHeadNet',
@@ -163,7 +164,7 @@ class SSECPlugin(ETFPlugin):
                    sse_steps=HP(10_000, "gradient steps of Eq. 5's solve", lo=0),
                    sse_lr=HP(1e-4, "learning rate of Eq. 5's solve", lo=0, open_lo=True))
     def fixed_classifier(self, d, C, cfg):
-        from fedloge_nb.fedloge import cached_sse_c                                # FedLoGe's solve: above norm 1 the solution at 1, scaled (chapter 06)
+        "FedLoGe's cached solve of Eq. 5 (above norm 1: the solution at 1, scaled; chapter 06), with FedLoGe's seed tag."
         return cached_sse_c(d, C, beta=self.hp['beta'], gamma=self.hp['gamma'], steps=int(self.hp['sse_steps']), lr=self.hp['sse_lr'],
                             seed=derive_seed(cfg.seed, 'sse_c') % (2**31))
 

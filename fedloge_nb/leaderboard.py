@@ -185,10 +185,11 @@ def own_budget_rows(rows) -> list:
 
 def budget_check(rows, column: str = 'GM', chosen: pd.DataFrame | None = None, setting: str | None = None) -> pd.DataFrame:
     "Per method, the leaderboard at the matched budget beside the same runs at its own post-training budget: rank, mean, verdict of each, and own minus matched per seed (mean, 95% interval) where they differ."
-    a, b = leaderboard_table(rows, column, chosen, setting), leaderboard_table(own_budget_rows(rows), column, chosen, setting)
+    own = own_budget_rows(rows)
+    a, b = leaderboard_table(rows, column, chosen, setting), leaderboard_table(own, column, chosen, setting)
     if not len(a): return pd.DataFrame()
     metric = next(m for _, m, c in SELECT if c == column)
-    df1, df2 = runs_frame(rows), runs_frame(own_budget_rows(rows))
+    df1, df2 = runs_frame(rows), runs_frame(own)
     if setting is not None: df1, df2 = df1[df1['setting'] == setting], df2[df2['setting'] == setting]
     t1, t2 = seed_table(df1, metric, ('label',)), seed_table(df2, metric, ('label',))
     bb = b.set_index('label'); out = []

@@ -214,6 +214,7 @@ def personal_logits(self: FedLoGe, x, cstate, data):
     phi_p = cstate.get('phi_prime', la_fr(psi, phi))                 # finetuned phi'_k after `finish`
     curve = {f"la_fr_ft{k[len('phi_prime_ft'):]}": personal_logits(h, W, counts=n) for k, W in cstate.items() if k.startswith('phi_prime_ft')}
     return {**curve, 'phi': h @ phi.T,
+            'phi_masked': personal_logits(h, phi, counts=n),                   # phi_k with the absent classes masked, as LA-FR is
             'la_fr': personal_logits(h, phi_p, counts=n),                      # paper: {theta, phi'_k}
             'la_fr_ref': personal_logits(h, phi_p, phi, n, form='reference'),  # reference code: phi_k(h) + phi'_k(h)
             'la_fr_noft': personal_logits(h, la_fr(psi, phi), counts=n),       # Eq. 7 before finetuning

@@ -26,6 +26,7 @@ class FedDyn(FedAvg):
     kind = 'generic'
     composable = True                  # its objective is `self.loss` + the dynamic term: plug-ins compose (`feddyn+etf`)
     hparams = dict(dyn_alpha=HP(0.01, "Algorithm 1's alpha, the weight of the dynamic regulariser", lo=0, open_lo=True),
+                   max_norm=HP(0.0, "clip the local gradients to this norm, 0 for none (the paper); the official code clips at 10", lo=0),
                    size_scaled=HP(False, "False: every client uses alpha (the paper); True: client k uses alpha * mean(n) / n_k (the official code)"),
                    eval_model=HP('server', "the generic model evaluated: 'server', Algorithm 1's theta^t; 'mean', the mean of the round's client models (what the official code reports)",
                                  choices=('server', 'mean')))
@@ -53,7 +54,7 @@ def client_update(self: FedDyn, gstate, cstate, data, cfg, seed):
     anchor = [p.detach().clone() for p in params]                                           # theta^{t-1}
     g = [cstate.get(f'feddyn.g.{n}', torch.zeros_like(p)) for n, p in named]               # zero before its first round
     def loss_fn(m, xb, yb): return self.loss(m, xb, yb, data) + dynamic_term(params, anchor, g, al)
-    loss = local_sgd(model, data, cfg, seed, loss_fn)
+    loss = local_sgd(model, data, cfg, seed, loss_fn, max_norm=float(self.hp['max_norm']))
     new = {f'feddyn.g.{n}': gk - al * (p.detach() - a) for (n, p), gk, a in zip(named, g, anchor)}
     return ClientResult(shared(model, self.is_shared), {**cstate, **new}, len(data), loss)
 

@@ -421,8 +421,8 @@ def shared(model: nn.Module, is_shared) -> dict:
     return {k: v.detach().clone() for k, v in model.state_dict().items() if is_shared(k)}
 
 def local_sgd(model, data: ClientData, cfg: FedConfig, seed: int, loss_fn, params=None, epochs=None, lr=None,
-              momentum=None, weight_decay=None) -> float:
-    "Run `epochs` of SGD on `loss_fn(model, xb, yb)` over the client's data; returns the mean loss."
+              momentum=None, weight_decay=None, max_norm: float = 0.0) -> float:
+    "Run `epochs` of SGD on `loss_fn(model, xb, yb)` over the client's data (gradients clipped to norm `max_norm` when > 0); returns the mean loss."
     params = [p for p in (model.parameters() if params is None else params) if p.requires_grad]
     if not params or len(data) == 0: return float('nan')
     opt = torch.optim.SGD(params, lr=cfg.lr if lr is None else lr, momentum=cfg.momentum if momentum is None else momentum,
@@ -430,8 +430,9 @@ def local_sgd(model, data: ClientData, cfg: FedConfig, seed: int, loss_fn, param
     model.train(); total, nb = 0.0, 0
     for xb, yb in data.batches(cfg.batch_size, seed, cfg.local_epochs if epochs is None else epochs):
         loss = loss_fn(model, xb, yb)
-        opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
-        total += loss.item(); nb += 1
+        opt.zero_grad(set_to_none=True); loss.backward()
+        if max_norm > 0: torch.nn.utils.clip_grad_norm_(params, max_norm)
+        opt.step(); total += loss.item(); nb += 1
     return total / max(nb, 1)
 
 def feature_sgd(params: list, y: torch.Tensor, logits_fn, cfg: FedConfig, seed: int, epochs: int):

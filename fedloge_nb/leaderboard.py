@@ -218,7 +218,7 @@ def budget_markdown(c: pd.DataFrame) -> str:
 LEADERBOARDS = {   # stage-2 sweep: (stage-1 sweep, setting, in words)
     'leaderboard_if100': ('leaderboard_val', 'fmnist_if100_a0.5', 'Fashion-MNIST-LT, global long tail IF 100, Dirichlet alpha 0.5'),
     'leaderboard_if10': ('leaderboard_val', 'fmnist_if10_a0.5', 'Fashion-MNIST-LT, global long tail IF 10, Dirichlet alpha 0.5'),
-    'leaderboard_local': ('leaderboard_val_local', 'fmnist_if100_a0.5', 'Fashion-MNIST, local long tail IF 100 (each client its own class order), 20 clients')}
+    'leaderboard_local': ('leaderboard_val_local', 'fmnist_if100_a0.5', 'Fashion-MNIST, local long tail IF 100 (each client its own class order; realised head/tail ratio about 25, see 02_partition), 20 clients')}
 
 def _progress(rows) -> str:
     df = runs_frame(rows)

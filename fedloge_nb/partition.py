@@ -11,8 +11,9 @@ import torch
 # %% auto #0
 __all__ = ['CLIENT_SIZES', 'LONG_TAILS', 'SHOT_RULES', 'int_arg', 'partition_counts', 'check_imb_factor', 'long_tail_counts',
            'long_tail_indices', 'check_alpha', 'dirichlet_partition', 'iid_partition', 'shard_partition',
-           'extended_dirichlet_partition', 'unbalanced_shard_partition', 'local_long_tail', 'local_test_counts',
-           'local_test_indices', 'proportional_within_rounding', 'shot_groups', 'per_class_subsample']
+           'extended_dirichlet_partition', 'unbalanced_shard_partition', 'local_long_tail', 'local_realised_if',
+           'local_test_counts', 'local_test_indices', 'proportional_within_rounding', 'shot_groups',
+           'per_class_subsample']
 
 # %% ../nbs/02_partition.ipynb #5bae2d26
 def _labels(y, name: str = 'y') -> np.ndarray:
@@ -246,6 +247,13 @@ def local_long_tail(parts, y, imb_factor, seed=0, num_classes=None) -> list[torc
             keep.append(rng.choice(idx, size=min(idx.size, max(1, int(round(q.size * wi)))), replace=False))
         out.append(_sorted_long(np.concatenate(keep)))
     return out
+
+# %% ../nbs/02_partition.ipynb #b6164e6b
+def local_realised_if(imb_factor: float, num_classes: int) -> float:
+    "Head/tail ratio `local_long_tail` leaves a client that holds `num_classes` classes in equal shares: IF * S / C."
+    IF, C = check_imb_factor(imb_factor), int_arg(num_classes, 'num_classes')
+    if C < 2: raise ValueError(f"num_classes must be >= 2 for a head/tail ratio, got {C}")
+    return IF * float(np.sum(IF ** (-np.arange(C) / (C - 1)))) / C
 
 # %% ../nbs/02_partition.ipynb #057c3abc
 def local_test_counts(client_counts, test_class_counts, n_train=None, cap='scale') -> torch.Tensor:

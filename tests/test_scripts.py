@@ -59,3 +59,24 @@ def test_leaderboard_stage2(tmp_path):
     from fedloge_nb.sweep_file import load_spec, expand
     names = sorted(c.name for c in expand(load_spec(tmp_path / 's2.toml')))
     assert names == sorted(f'digits_if10_a0.5_{g}_s{s}' for s in (0, 1) for g in ('fedavg', 'fedloge', 'fedloge_gamma8')), names
+
+def test_ft_probe(tmp_path):
+    "scripts/ft_probe.py on a tiny FedAvg-FT run: one row per client, the as-run column equals the run's PM; other methods refused."
+    import csv, json
+    cfg = dict(method='fedavg_ft', dataset='digits', imb_factor=10, alpha=0.5, clients=3, model='mlp', rounds=2, frac=1.0,
+               batch_size=16, post_epochs=1, seed=0)
+    (tmp_path / 'config.json').write_text(json.dumps({'config': cfg}))
+    env = {**os.environ, 'PYTHONPATH': str(ROOT), 'OMP_NUM_THREADS': '1'}
+    r = subprocess.run([sys.executable, str(ROOT / 'scripts' / 'ft_probe.py'), str(tmp_path / 'config.json'), str(tmp_path / 'p.csv')],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    rows = list(csv.DictReader((tmp_path / 'p.csv').open()))
+    assert [int(x['client']) for x in rows] == [0, 1, 2], rows
+    assert all(0 < int(x['last_batch']) <= 16 for x in rows), rows
+    mean_ft = sum(float(x['acc_ft']) for x in rows) / 3
+    pm = float(r.stdout.split('run pm_acc')[1])
+    assert abs(mean_ft - pm) < 0.01, (mean_ft, pm)                  # clients weighted equally, as pm_acc is
+    (tmp_path / 'c2.json').write_text(json.dumps({'config': {**cfg, 'method': 'fedavg'}}))
+    r = subprocess.run([sys.executable, str(ROOT / 'scripts' / 'ft_probe.py'), str(tmp_path / 'c2.json'), str(tmp_path / 'q.csv')],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode != 0 and 'give a fedavg_ft config.json' in r.stderr and not (tmp_path / 'q.csv').exists(), r.stderr

@@ -9,6 +9,13 @@ whose `finish_client` calls FedAvg-FT's and then runs the variants on copies, wi
 
     OMP_NUM_THREADS=1 .venv/bin/python scripts/ft_probe.py \
         results/sweeps/leaderboard_local/fmnist_if100_a0.5_fedavg_ft_s0/config.json results/ft_probe/local_s0.csv
+
+With `--scan SWEEP [SWEEP ...] OUT.csv` it trains nothing: for every committed FedAvg-FT cell of the leaderboards named
+and the FedAvg cell of the same seed (the same global model), it writes each client's accuracy before and after the
+finetuning and the size of its last batch (the split is rebuilt from the cell's config).
+
+    OMP_NUM_THREADS=1 .venv/bin/python scripts/ft_probe.py --scan leaderboard_if100 leaderboard_if10 leaderboard_local \
+        results/ft_probe/leaderboard_clients.csv
 """
 import copy, json, sys
 from pathlib import Path
@@ -55,7 +62,29 @@ class ProbedFedAvgFT(FedAvgFT):
         return out
 
 
-if __name__ == '__main__':
+def scan(sweeps, out):
+    "Per client of every committed FedAvg-FT leaderboard cell: accuracy of the global model (the FedAvg cell) and after finetuning, last batch size."
+    from fedloge_nb.data import make_fed_data
+    rows = []
+    for sw in sweeps:
+        for ft in sorted(Path('results/sweeps', sw).glob('*_fedavg_ft_s*/summary.json')):
+            seed = ft.parent.name.rsplit('_s', 1)[1]
+            base = list(Path('results/sweeps', sw).glob(f'*_fedavg_s{seed}/summary.json'))
+            if len(base) != 1: continue
+            cfg = FedConfig(**json.loads((ft.parent / 'config.json').read_text())['config'])
+            n = [len(q) for q in make_fed_data(**cfg.data_args()).train_idx]
+            a, b = (json.loads(f.read_text())['client_acc'] for f in (base[0], ft))
+            rows += [dict(sweep=sw, seed=int(seed), client=k, n_train=n[k], last_batch=n[k] % cfg.batch_size or cfg.batch_size,
+                          acc_global=a[k], acc_ft=b[k], change=b[k] - a[k]) for k in range(len(a))]
+    df = pd.DataFrame(rows); atomic_write(out, df.to_csv(index=False, float_format='%.4f'))
+    small = df.last_batch <= 6; bad = df.change < -20
+    print(f'{len(df)} client finetunes in {df.groupby(["sweep", "seed"]).ngroups} cells; a drop of more than 20 points: '
+          f'{int((bad & small).sum())} of {int(small.sum())} with a last batch of at most 6 samples, {int((bad & ~small).sum())} of {int((~small).sum())} with a larger one')
+    print(df[bad].to_string(index=False, float_format=lambda v: f'{v:.1f}'))
+
+
+if __name__ == '__main__' and sys.argv[1] == '--scan': scan(sys.argv[2:-1], Path(sys.argv[-1]))
+elif __name__ == '__main__':
     cfg_path, out = Path(sys.argv[1]), Path(sys.argv[2])
     cfg = FedConfig(**json.loads(cfg_path.read_text())['config'])
     if cfg.method != 'fedavg_ft': raise SystemExit(f'{cfg_path} is a {cfg.method} cell: give a fedavg_ft config.json')

@@ -80,3 +80,17 @@ def test_ft_probe(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / 'scripts' / 'ft_probe.py'), str(tmp_path / 'c2.json'), str(tmp_path / 'q.csv')],
                        capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode != 0 and 'give a fedavg_ft config.json' in r.stderr and not (tmp_path / 'q.csv').exists(), r.stderr
+
+def test_ft_probe_scan(tmp_path):
+    "--scan pairs each FedAvg-FT cell with the FedAvg cell of its seed, client by client, and counts the collapses by last-batch size."
+    import csv, json
+    cfg = dict(method='fedavg_ft', dataset='digits', imb_factor=10, alpha=0.5, clients=3, model='mlp', rounds=2, batch_size=16, seed=0)
+    for name, acc in (('d_fedavg_ft_s0', [50.0, 90.0, 10.0]), ('d_fedavg_s0', [80.0, 85.0, 40.0])):
+        d = tmp_path / 'results' / 'sweeps' / 'toy' / name; d.mkdir(parents=True)
+        (d / 'summary.json').write_text(json.dumps({'client_acc': acc})); (d / 'config.json').write_text(json.dumps({'config': cfg}))
+    r = subprocess.run([sys.executable, str(ROOT / 'scripts' / 'ft_probe.py'), '--scan', 'toy', str(tmp_path / 's.csv')], cwd=tmp_path,
+                       capture_output=True, text=True, env={**os.environ, 'PYTHONPATH': str(ROOT), 'OMP_NUM_THREADS': '1'}, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = list(csv.DictReader((tmp_path / 's.csv').open()))
+    assert [round(float(x['change']), 1) for x in rows] == [-30.0, 5.0, -30.0], rows
+    assert '3 client finetunes in 1 cells' in r.stdout, r.stdout

@@ -105,7 +105,7 @@ class ECLPlugin(Plugin):
 @patch
 def _train(self: ECLPlugin, model, data, idx, cfg, seed, loss_fn, epochs):
     sub = ClientData(data.k, data.x[idx.to(data.x.device)], data.y[idx.to(data.y.device)], data.x_test[:0], data.y_test[:0],
-                     data.counts, data.augment)
+                     data.counts, data.augment, drop_last=data.drop_last)
     local_sgd(model, sub, cfg, seed, loss_fn, epochs=int(epochs), lr=self.hp['ft_lr'] or cfg.lr)
 
 @patch

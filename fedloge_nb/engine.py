@@ -110,7 +110,7 @@ def start_run(algo: Algorithm, fed, cfg: FedConfig) -> tuple[list, list, dict]:
     algo.device = torch.device(auto_device(cfg.device))
     seed_everything(derive_seed(cfg.seed, 'build'))
     algo.build(fed, cfg)
-    clients = client_datasets(fed, algo.device)
+    clients = client_datasets(fed, algo.device, cfg.drop_last)
     client_states = []
     for k, d in enumerate(clients):
         torch.manual_seed(derive_seed(cfg.seed, 'client_init', k))
@@ -179,7 +179,7 @@ def _finish(algo, fed, cfg: FedConfig, clients, client_states, history, train_ti
 def evaluate_new_clients(algo: Algorithm, fed_new, cfg: FedConfig) -> dict:
     "`pm_new_*`: every unseen client of `fed_new` personalised by `algo.personalize_new` for `cfg.post_epochs` epochs, tested on its local test set."
     K = cfg.clients
-    new = [dataclasses.replace(d, k=K + i) for i, d in enumerate(client_datasets(fed_new, algo.device))]   # ids after the federation's
+    new = [dataclasses.replace(d, k=K + i) for i, d in enumerate(client_datasets(fed_new, algo.device, cfg.drop_last))]   # ids after the federation's
     states = []
     for d in new:
         torch.manual_seed(derive_seed(cfg.seed, 'client_init', d.k))

@@ -64,6 +64,7 @@ class FedConfig:
     long_tail: str = 'global'          # global (the long tail drawn over the whole training set, then split) or local (each client cut to its own)
     client_sizes: str = 'balanced'     # shard split: balanced (equal shares of each class) or unbalanced (random shares)
     server_per_class: int = 0          # a class-balanced labelled set on the server: this many training images per class, held out before the long tail (FedIC; 0 = none)
+    drop_last: bool = False            # local batches: skip each epoch's last, smaller batch (FedLTLib's and PFLlib's loaders) instead of training on it (the FedLoGe reference's)
     tensorboard: bool = False          # also log to TensorBoard under OUT/tb (GM, PM, loss, norms, per-client accuracy, hparams); needs the tensorboard extra
 
 # %% ../nbs/04_federated.ipynb #5e2cbffd
@@ -114,7 +115,7 @@ def data_args(self: FedConfig) -> dict:
 def key(self: FedConfig) -> dict:
     "The config minus run-location fields: two runs with equal keys must give equal numbers."
     d = asdict(self); d.pop('device'); d.pop('eval_every'); d.pop('ckpt_every'); d.pop('last_k'); d.pop('tensorboard')
-    for k in ('val_frac', 'post_epochs', 'lr_decay', 'lr_schedule', 'lr_step', 'new_clients', 'drop_rate', 'straggler_rate', 'straggler_min_epochs', 'long_tail', 'client_sizes', 'server_per_class'):   # fields added later: absent at their default, so older keys still match
+    for k in ('val_frac', 'post_epochs', 'lr_decay', 'lr_schedule', 'lr_step', 'new_clients', 'drop_rate', 'straggler_rate', 'straggler_min_epochs', 'long_tail', 'client_sizes', 'server_per_class', 'drop_last'):   # fields added later: absent at their default, so older keys still match
         if d[k] == getattr(FedConfig, k): d.pop(k)
     return json.loads(json.dumps(d))
 
@@ -183,16 +184,18 @@ class ClientData:
     augment: str | None = None
     x_val: torch.Tensor | None = None   # local validation data (held out from training), when the split has it
     y_val: torch.Tensor | None = None
+    drop_last: bool = False             # skip each epoch's last, smaller batch (FedConfig.drop_last)
 
     def __len__(self): return len(self.y)
 
     def batches(self, batch_size: int, seed: int, epochs: int = 1, shuffle: bool = True, x=None, y=None):
-        "Yield `(xb, yb)` for `epochs` passes in a seeded order (optionally over other tensors `x`, `y`)."
+        "Yield `(xb, yb)` for `epochs` passes in a seeded order (optionally over other tensors `x`, `y`); `drop_last` skips the smaller last batch."
         x = self.x if x is None else x; y = self.y if y is None else y
         g = torch.Generator().manual_seed(seed)
+        stop = len(y) - len(y) % batch_size if self.drop_last and len(y) > batch_size else len(y)   # fewer than one batch: kept
         for _ in range(epochs):
             order = torch.randperm(len(y), generator=g) if shuffle else torch.arange(len(y))
-            for i in range(0, len(y), batch_size):
+            for i in range(0, stop, batch_size):
                 idx = order[i:i + batch_size].to(x.device)
                 xb = x[idx]
                 if self.augment:
@@ -201,8 +204,8 @@ class ClientData:
                 yield xb, y[idx]
 
 # %% ../nbs/04_federated.ipynb #19a2b709
-def client_datasets(fed, device='cpu') -> list[ClientData]:
-    "One `ClientData` per client of a `FedData`, tensors on `device`."
+def client_datasets(fed, device='cpu', drop_last: bool = False) -> list[ClientData]:
+    "One `ClientData` per client of a `FedData`, tensors on `device` (`drop_last`: see `FedConfig.drop_last`)."
     out = []
     val = getattr(fed, 'val_idx', None)
     for k in range(len(fed.train_idx)):
@@ -210,7 +213,7 @@ def client_datasets(fed, device='cpu') -> list[ClientData]:
         xv = yv = None
         if val is not None: xv, yv = fed.x_train[val[k]].to(device), fed.y_train[val[k]].to(device)
         out.append(ClientData(k, fed.x_train[tr].to(device), fed.y_train[tr].to(device), fed.x_test[te].to(device),
-                              fed.y_test[te].to(device), fed.client_counts[k].clone(), fed.augment, xv, yv))
+                              fed.y_test[te].to(device), fed.client_counts[k].clone(), fed.augment, xv, yv, drop_last))
     return out
 
 # %% ../nbs/04_federated.ipynb #9b541cc1

@@ -248,7 +248,7 @@ def local_long_tail(parts, y, imb_factor, seed=0, num_classes=None) -> list[torc
         out.append(_sorted_long(np.concatenate(keep)))
     return out
 
-# %% ../nbs/02_partition.ipynb #b6164e6b
+# %% ../nbs/02_partition.ipynb #337ed593
 def local_realised_if(imb_factor: float, num_classes: int) -> float:
     "Head/tail ratio `local_long_tail` leaves a client that holds `num_classes` classes in equal shares: IF * S / C."
     IF, C = check_imb_factor(imb_factor), int_arg(num_classes, 'num_classes')

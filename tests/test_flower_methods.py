@@ -14,8 +14,9 @@ CASES = [('feddyn', {}), ('fedmmd', {}), ('fedavg+rs', {}), ('scaffold+rs', {}),
          ('rucr', {'crt_epochs': 3}), ('fedyoyo', {'warmup': 1}), ('fednpc', {'npc_epochs': 5, 'npc_samples': 500}),
          ('fedetf+rela', {'p_iters': 2}), ('fedloge+rela', {'sse_steps': 100}),
          ('fedic', {'ft_steps': 5, 'calib_steps': 5, 'distill_steps': 5, 'server_per_class': 5}),
-         ('fednova', {'drop_rate': 0.3, 'straggler_rate': 0.6, 'local_epochs': 3, 'straggler_min_epochs': 1})]
-RUN_FIELDS = {'lr_decay', 'drop_rate', 'straggler_rate', 'local_epochs', 'straggler_min_epochs', 'server_per_class'}   # FedConfig fields, not hyperparameters
+         ('fednova', {'drop_rate': 0.3, 'straggler_rate': 0.6, 'local_epochs': 3, 'straggler_min_epochs': 1}),
+         ('fedavg_ft', {'drop_last': True})]
+RUN_FIELDS = {'lr_decay', 'drop_rate', 'straggler_rate', 'local_epochs', 'straggler_min_epochs', 'server_per_class', 'drop_last'}   # FedConfig fields, not hyperparameters
 
 
 def _cfg(method, extra):
@@ -27,7 +28,7 @@ def _cfg(method, extra):
 def _same(a, b): return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
 
 
-@pytest.mark.parametrize('method,extra', CASES, ids=[f'{m}{"-decay" if "lr_decay" in e else ""}{"-unreliable" if "drop_rate" in e else ""}' for m, e in CASES])
+@pytest.mark.parametrize('method,extra', CASES, ids=[f'{m}{"-decay" if "lr_decay" in e else ""}{"-unreliable" if "drop_rate" in e else ""}{"-drop_last" if "drop_last" in e else ""}' for m, e in CASES])
 def test_flower_strategy_equals_local_engine(method, extra):
     cfg = _cfg(method, extra)
     loc = run_fl(cfg, progress=False).summary
@@ -43,6 +44,13 @@ def test_lr_schedule_reaches_flower_clients():
     const, decay = _cfg('fedavg', {}), _cfg('fedavg', {'lr_decay': 0.7})
     a = EngineStrategy(const, progress=False).start(LocalGrid(4))
     b = EngineStrategy(decay, progress=False).start(LocalGrid(4))
+    assert a['client_acc'] != b['client_acc']
+
+
+def test_drop_last_reaches_flower_clients():
+    "Skipping the last, smaller batch changes the run on the Flower path (the equality above is not a flag both ignore)."
+    a = EngineStrategy(_cfg('fedavg_ft', {}), progress=False).start(LocalGrid(4))
+    b = EngineStrategy(_cfg('fedavg_ft', {'drop_last': True}), progress=False).start(LocalGrid(4))
     assert a['client_acc'] != b['client_acc']
 
 

@@ -64,7 +64,7 @@ class FedConfig:
     long_tail: str = 'global'          # global (the long tail drawn over the whole training set, then split) or local (each client cut to its own)
     client_sizes: str = 'balanced'     # shard split: balanced (equal shares of each class) or unbalanced (random shares)
     server_per_class: int = 0          # a class-balanced labelled set on the server: this many training images per class, held out before the long tail (FedIC; 0 = none)
-    drop_last: bool = False            # local batches: skip each epoch's last, smaller batch (FedLTLib's and PFLlib's loaders) instead of training on it (the FedLoGe reference's)
+    drop_last: bool = False            # local batches: skip each epoch's last, smaller batch (FedLTLib's and PFLlib's loaders; a client smaller than one batch keeps it) instead of training on it (the FedLoGe reference's)
     tensorboard: bool = False          # also log to TensorBoard under OUT/tb (GM, PM, loss, norms, per-client accuracy, hparams); needs the tensorboard extra
 
 # %% ../nbs/04_federated.ipynb #5e2cbffd
@@ -184,7 +184,7 @@ class ClientData:
     augment: str | None = None
     x_val: torch.Tensor | None = None   # local validation data (held out from training), when the split has it
     y_val: torch.Tensor | None = None
-    drop_last: bool = False             # skip each epoch's last, smaller batch (FedConfig.drop_last)
+    drop_last: bool = False             # skip each epoch's last, smaller batch (FedConfig.drop_last); with `augment`, the skipped batch's draws are not taken, so later epochs' orders differ
 
     def __len__(self): return len(self.y)
 

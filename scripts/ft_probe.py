@@ -30,12 +30,16 @@ from fedloge_nb.datasets import atomic_write
 
 
 def _acc(m, d) -> float:
-    with torch.no_grad(): return float((m(d.x_test).argmax(1) == d.y_test).float().mean() * 100)
+    "Local test accuracy in eval mode (the mode restored after: `self.local`'s tensors are the method's state)."
+    was = m.training; m.eval()
+    try:
+        with torch.no_grad(): return float((m(d.x_test).argmax(1) == d.y_test).float().mean() * 100)
+    finally: m.train(was)
 
 
-def _ft_skip_last(m, d, cfg, seed, epochs):
+def _ft_skip_last(m, d, cfg, seed, epochs, lr):
     "The method's finetuning loop (same optimiser, same seeded order) with every batch smaller than batch_size skipped."
-    opt = torch.optim.SGD(m.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay); m.train()
+    opt = torch.optim.SGD(m.parameters(), lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay); m.train()
     for xb, yb in d.batches(cfg.batch_size, seed, epochs):
         if len(yb) < cfg.batch_size: continue
         loss = F.cross_entropy(m(xb), yb); opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
@@ -54,7 +58,7 @@ class ProbedFedAvgFT(FedAvgFT):
         out = super().finish_client(stage, d, cs, cfg, msg)
         as_run = _acc(self.local, d)
         if abs(as_run - _acc(m, d)) > 1e-9: raise RuntimeError('the probe does not reproduce the method: stop and read the code')
-        skip = copy.deepcopy(glob); _ft_skip_last(skip, d, cfg, seed, E)
+        skip = copy.deepcopy(glob); _ft_skip_last(skip, d, cfg, seed, E, self.hp['ft_lr'] or cfg.lr)
         low = copy.deepcopy(glob); local_sgd(low, d, cfg, seed, lambda mm, xb, yb: F.cross_entropy(mm(xb), yb), epochs=E, lr=0.01)
         self.rows.append(dict(client=d.k, n_train=len(d), last_batch=len(d) % cfg.batch_size or cfg.batch_size,
                               acc_global=_acc(glob, d), acc_ft=as_run, acc_ft_skip_last=_acc(skip, d), acc_ft_lr0_01=_acc(low, d),

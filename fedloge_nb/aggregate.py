@@ -75,7 +75,7 @@ def rounds_to_reach(history: list, threshold: float, metric: str = 'gm_acc'):
     "First round (of the evaluated ones) at which `metric` >= `threshold`; None if never."
     return next((int(h['round']) for h in history if num(h.get(metric)) is not None and float(h[metric]) >= threshold), None)
 
-TIME_COLS = ('sec_per_round', 'train_time_s', 'finish_time_s')
+TIME_COLS = ('sec_per_round', 'train_time_s', 'finish_time_s', 'train_cpu_time_s', 'cpu_sec_per_round')   # wall and CPU seconds (chapter 04a)
 
 DIAG_COLS = ('phi_spearman', 'ft_lr_selected')
 
@@ -123,7 +123,8 @@ def save_fig(fig, path=None):
 def metric_label(metric: str) -> str:
     "Axis label of a metric with its unit: accuracies in %, times in seconds, convergence in rounds."
     names = {'gm_acc': 'GM accuracy', 'pm_acc': 'PM accuracy', 'sec_per_round': 'seconds per training round',
-             'finish_time_s': 'after-training seconds', 'train_time_s': 'training seconds'}
+             'finish_time_s': 'after-training seconds', 'train_time_s': 'training seconds',
+             'train_cpu_time_s': 'training CPU seconds', 'cpu_sec_per_round': 'CPU seconds per training round'}
     if metric in names and metric.endswith(('_s', 'round')): return names[metric]
     if metric.startswith('rounds_to_'):
         m, thr = metric[len('rounds_to_'):].rsplit('_', 1)

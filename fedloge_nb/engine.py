@@ -86,12 +86,14 @@ def _train_round(algo, cfg, clients, client_states, gstate, rnd):
     return gstate, (float(np.mean(losses)) if losses else float('nan')), len(results), rec
 
 # %% ../nbs/04a_engine.ipynb #17c2023e
-def make_summary(cfg: FedConfig, fed, algo: Algorithm, final: dict, history: list, train_time: float, finish_time: float) -> dict:
+def make_summary(cfg: FedConfig, fed, algo: Algorithm, final: dict, history: list, train_time: float, finish_time: float,
+                 train_cpu: float | None = None) -> dict:
     "The content of `summary.json` (before the `own_*` keys): final metrics, last-k means, timings, hp and config."
+    cpu = {} if train_cpu is None else {'train_cpu_time_s': round(train_cpu, 3), 'cpu_sec_per_round': round(train_cpu / cfg.rounds, 4)}
     return {'method': cfg.method, 'dataset': cfg.dataset, 'seed': cfg.seed, 'rounds': cfg.rounds, **final,
             **last_k_means(history, final, cfg.last_k), 'last_k': cfg.last_k,
             'train_time_s': round(train_time, 3), 'finish_time_s': round(finish_time, 3),
-            'sec_per_round': round(train_time / cfg.rounds, 4),
+            'sec_per_round': round(train_time / cfg.rounds, 4), **cpu,
             'shot_rule': fed.shot_rule, 'hp': algo.hp, 'revision': revision(type(algo), algo.hp), 'config': cfg.key(),
             'environment': environment(algo.device)}
 
@@ -131,14 +133,15 @@ def _open_out(out, cfg: FedConfig, fed, resume: bool):
     save_json(out/'config.json', {'config': key, 'data': fed.config, 'device': cfg.device})
     return out
 
-def _checkpoint(out, rnd, gstate, client_states, history, algo, cfg, train_time, log=()):
+def _checkpoint(out, rnd, gstate, client_states, history, algo, cfg, train_time, log=(), train_cpu=None):
     "Write `checkpoint.pt`: everything a resumed run needs to continue after round `rnd` (the one it replaces kept as `checkpoint.prev.pt`)."
     save_checkpoint(out/'checkpoint.pt', keep_previous=True, ckpt={'round': rnd, 'global': gstate, 'clients': client_states, 'history': history,
                                           'extra': algo.extra_state(), 'config': json.dumps(cfg.key(), sort_keys=True),
-                                          'hp': hp_key(algo), 'train_time': train_time, **({'rounds': list(log)} if log else {})})
+                                          'hp': hp_key(algo), 'train_time': train_time, **({'rounds': list(log)} if log else {}),
+                                          **({} if train_cpu is None else {'train_cpu': train_cpu})})
 
 def _resume(out, cfg: FedConfig, algo) -> tuple:
-    "(global state, client states, history, round, train time, unreliable-clients log) from `out/checkpoint.pt`, refused when config or hp differ."
+    "(global state, client states, history, round, train time, unreliable-clients log, train CPU time: NaN if not recorded) from `out/checkpoint.pt`, refused when config or hp differ."
     if out is None: raise ValueError("resume=True needs an out folder")
     if note := recover_checkpoint(out/'checkpoint.pt'): print(f"fedloge_nb: {note}", file=sys.stderr)   # a damaged latest: the previous one
     ck = load_checkpoint(out/'checkpoint.pt')
@@ -151,10 +154,10 @@ def _resume(out, cfg: FedConfig, algo) -> tuple:
     algo.load_global({k: v.to(algo.device) for k, v in ck['global'].items()})
     client_states = [{k: v.to(algo.device) if isinstance(v, torch.Tensor) else v for k, v in cs.items()} for cs in ck['clients']]
     algo.load_extra_state(ck.get('extra', {}))
-    return algo.global_state(), client_states, ck['history'], ck['round'], ck.get('train_time', 0.0), ck.get('rounds', [])
+    return algo.global_state(), client_states, ck['history'], ck['round'], ck.get('train_time', 0.0), ck.get('rounds', []), ck.get('train_cpu', float('nan'))
 
 # %% ../nbs/04a_engine.ipynb #40df53d8
-def _finish(algo, fed, cfg: FedConfig, clients, client_states, history, train_time) -> tuple[list, dict]:
+def _finish(algo, fed, cfg: FedConfig, clients, client_states, history, train_time, train_cpu=None) -> tuple[list, dict]:
     "The post-training stages, the final evaluation and the summary (plus `own_*`: the method's own post-training budget, with `--post_epochs`)."
     own = None
     if matched_hp(type(algo), cfg):                  # keep the pre-finish state: the method's own post-training budget runs on it too
@@ -165,7 +168,7 @@ def _finish(algo, fed, cfg: FedConfig, clients, client_states, history, train_ti
     finish_time = time.perf_counter() - t0
     check_finite(cfg.rounds, cfg, {'post_training': client_states}, training=False)   # realignment / finetuning can diverge too
     final = _evaluate_all(algo, fed, clients, client_states)
-    summary = make_summary(cfg, fed, algo, final, history, train_time, finish_time)
+    summary = make_summary(cfg, fed, algo, final, history, train_time, finish_time, train_cpu)
     if own is not None:                              # the same trained model with the method's own post-training budget
         oalgo, ostates = own
         oalgo.hp.update({k: {**type(algo).defaults, **cfg.hp}[k] for k in matched_hp(type(algo), cfg)})
@@ -227,20 +230,20 @@ def run_fl(cfg: FedConfig, fed=None, out=None, resume: bool = False, progress: b
     fed, fed_new = _split(cfg, fed)
     out = _open_out(out, cfg, fed, resume)
     clients, client_states, gstate = start_run(algo, fed, cfg)
-    history, start, train_time, log = [], 0, 0.0, []
+    history, start, train_time, log, train_cpu = [], 0, 0.0, [], 0.0
     unreliable = cfg.drop_rate > 0 or cfg.straggler_rate > 0
-    if resume: gstate, client_states, history, start, train_time, log = _resume(out, cfg, algo)
+    if resume: gstate, client_states, history, start, train_time, log, train_cpu = _resume(out, cfg, algo)
     tb = TBLog(out/'tb', purge_step=start + 1 if resume else None) if cfg.tensorboard else None
     bar = tqdm(range(start + 1, cfg.rounds + 1), desc=f'{cfg.method}', disable=not progress, initial=start, total=cfg.rounds)
     for rnd in bar:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         gstate, loss, n_clients, rec = _train_round(algo, cfg, clients, client_states, gstate, rnd)
-        train_time += time.perf_counter() - t0
+        train_time += time.perf_counter() - t0; train_cpu += time.process_time() - c0
         if unreliable: log.append(rec)
         if tb: tb.round(rnd, loss, rec if unreliable else None)
         if rnd % cfg.eval_every == 0 or rnd == cfg.rounds:
             mm = _evaluate_all(algo, fed, clients, client_states); m = scalar_metrics(mm)
-            row = {'round': rnd, 'train_loss': loss, 'clients': n_clients, 'train_time_s': round(train_time, 3)}
+            row = {'round': rnd, 'train_loss': loss, 'clients': n_clients, 'train_time_s': round(train_time, 3), 'train_cpu_time_s': round(train_cpu, 3)}
             if unreliable: row.update(_since(log, history[-1]['round'] if history else 0))   # since the previous evaluation
             history.append({**row, **m})
             if tb: tb.evaluation(rnd, mm)
@@ -249,8 +252,8 @@ def run_fl(cfg: FedConfig, fed=None, out=None, resume: bool = False, progress: b
                 save_csv(out/'history.csv', history)
                 if unreliable: save_csv(out/'rounds.csv', _rounds_rows(log))
         if out is not None and (rnd % cfg.ckpt_every == 0 or rnd == cfg.rounds):
-            _checkpoint(out, rnd, gstate, client_states, history, algo, cfg, train_time, log)
-    client_states, summary = _finish(algo, fed, cfg, clients, client_states, history, train_time)
+            _checkpoint(out, rnd, gstate, client_states, history, algo, cfg, train_time, log, train_cpu)
+    client_states, summary = _finish(algo, fed, cfg, clients, client_states, history, train_time, train_cpu)
     if unreliable:
         done = [e for r in log for k, e in r['straggler_epochs'].items()]
         summary.update({'updates_lost': sum(r['clients_dropped'] for r in log), 'straggler_updates': len(done),

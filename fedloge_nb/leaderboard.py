@@ -230,6 +230,13 @@ def chosen_from_meta(meta: dict, setting: str) -> pd.DataFrame:
            for _, m, col in SELECT for k, v in meta.get(f'chosen_{col.lower()}', {}).items()]
     return pd.DataFrame(out, columns=['setting', 'column', 'metric', 'method', 'variant', 'label'])
 
+def _written_progress(name: str, spec, out) -> str:
+    "Progress of a stage-2 sweep whose aggregate (`results.csv`) is not written yet: its finished cell folders counted."
+    from fedloge_nb.sweep import cell_state
+    cells = expand(spec); done = sum(cell_state(c, out) == 'done' for c in cells)
+    return (f"written (`experiments/{name}.toml`, {len(cells)} cells), " +
+            (f"{done} finished, no table before the sweep writes its aggregate" if done else "none finished yet"))
+
 def leaderboard_report(name: str, sweeps=None, experiments=None) -> dict:
     "Stage 1's progress and choices for leaderboard `name` (LEADERBOARDS) and, once stage 2 has run, its GM and PM tables (the choices as the stage-2 file records them) and their readings at each method's own post-training budget."
     s1, setting, words = LEADERBOARDS[name]
@@ -241,8 +248,7 @@ def leaderboard_report(name: str, sweeps=None, experiments=None) -> dict:
     chosen = chosen_from_meta(spec2.meta, setting) if spec2 else (chosen_variants(rows1) if rows1 else None)
     tables = {c: leaderboard_table(rows2, c, chosen, setting) for _, _, c in SELECT} if rows2 and chosen is not None else {}
     budget = {c: budget_check(rows2, c, chosen, setting) for c in tables}
-    progress2 = (_progress(rows2) if rows2 else f"written (`experiments/{name}.toml`, {len(expand(spec2))} cells), none finished yet" if spec2
-                 else 'not written')
+    progress2 = _progress(rows2) if rows2 else _written_progress(name, spec2, p2.parent) if spec2 else 'not written'
     return dict(name=name, stage1=s1, setting=setting, words=words, stage1_progress=_progress(rows1) if rows1 else 'not run',
                 stage2_progress=progress2, written=spec2 is not None, chosen=chosen, tables=tables, budget=budget)
 

@@ -261,7 +261,7 @@ def show_leaderboard(name: str, sweeps=None, save: bool = True, experiments=None
     display(Markdown(f"### {r['words']}\n\nStage 1 (`{r['stage1']}`, setting `{r['setting']}`): {r['stage1_progress']}. "
                      f"Stage 2 (`{name}`): {r['stage2_progress']}."))
     if not r['tables']:
-        display(Markdown(f"Stage 2 has not run: {'run it with' if r['written'] else 'write it with `scripts/leaderboard_stage2.py` once stage 1 is complete, then'} `{command(name)}`.")); return r
+        display(Markdown(f"No stage-2 table yet: {'run or continue it with' if r['written'] else 'write it with `scripts/leaderboard_stage2.py` once stage 1 is complete, then'} `{command(name)}`.")); return r
     for col, t in r['tables'].items():
         if not len(t): continue
         display(Markdown(f"**{col}** (each method at the variant chosen on validation for {col}; seeds: n)\n\n" + leaderboard_markdown(t)))

@@ -11,9 +11,9 @@ import pandas as pd
 from .guards import save_png
 
 # %% auto #0
-__all__ = ['TEXT_COLS', 'TIME_COLS', 'DIAG_COLS', 'CLIENT_COLS', 'METRICS', 'METHOD_FAMILIES', 'num', 'mean_std', 'fmt_mean_std',
-           'fmt_values', 'read_rows', 'read_history', 'run_label', 'runs_frame', 'rounds_to_reach', 'is_metric',
-           'aggregate', 'summary_markdown', 'save_fig', 'metric_label', 'plot_bars', 'plot_sensitivity',
+__all__ = ['TEXT_COLS', 'TIME_COLS', 'CPU_COLS', 'DIAG_COLS', 'CLIENT_COLS', 'METRICS', 'METHOD_FAMILIES', 'num', 'mean_std',
+           'fmt_mean_std', 'fmt_values', 'read_rows', 'read_history', 'run_label', 'runs_frame', 'rounds_to_reach',
+           'is_metric', 'aggregate', 'summary_markdown', 'save_fig', 'metric_label', 'plot_bars', 'plot_sensitivity',
            'method_styles', 'label_histories', 'plot_curves', 'stable', 'seed_table', 'select_best', 't_halfwidth',
            'diff_interval', 'paired_diff', 'fmt_diff', 'paired_p', 'holm_adjust', 'fmt_p', 'selected_markdown']
 
@@ -76,6 +76,7 @@ def rounds_to_reach(history: list, threshold: float, metric: str = 'gm_acc'):
     return next((int(h['round']) for h in history if num(h.get(metric)) is not None and float(h[metric]) >= threshold), None)
 
 TIME_COLS = ('sec_per_round', 'train_time_s', 'finish_time_s', 'train_cpu_time_s', 'cpu_sec_per_round')   # wall and CPU seconds (chapter 04a)
+CPU_COLS = ('train_cpu_time_s', 'cpu_sec_per_round')   # recorded since 2026-11-28: averaged only where every finished seed has them
 
 DIAG_COLS = ('phi_spearman', 'ft_lr_selected')
 
@@ -88,6 +89,12 @@ def is_metric(k: str) -> bool:
     return ((k.startswith(('gm_', 'pm_', 'rounds_to_', 'val_', 'own_', 'psi_')) or k in TIME_COLS or k in DIAG_COLS or k in CLIENT_COLS)
             and not k.endswith('pm_clients'))
 
+def _mean_std_of(ok: pd.DataFrame, m: str) -> tuple:
+    "mean_std of metric `m` over the ok runs; a CPU-time column only when every ok run recorded it (else a mean of some seeds would pass for all)."
+    v = list(ok[m]) if m in ok else []
+    if m in CPU_COLS and any(num(x) is None for x in v): return None, None
+    return mean_std(v)
+
 def aggregate(rows) -> list:
     "One row per group: descriptive columns (the group's first row), n_seeds / n_failed / n_pending, mean and `_std` of every metric over ok seeds."
     rows = rows.to_dict('records') if isinstance(rows, pd.DataFrame) else list(rows)
@@ -97,7 +104,7 @@ def aggregate(rows) -> list:
         return {**{k: v for k, v in rows[d.index[0]].items() if k not in ('cell', 'seed', 'status', 'error', 'pm_clients') and not is_metric(k)},
                 'n_seeds': len(ok), 'n_failed': int((st == 'failed').sum()), 'n_pending': int(st.isin(['pending', 'stale']).sum()),
                 'seeds': ' '.join(str(rows[i]['seed']) for i in ok.index),
-                **{k: v for m in metrics for k, v in zip((m, f'{m}_std'), mean_std(ok.get(m, [])))}}
+                **{k: v for m in metrics for k, v in zip((m, f'{m}_std'), _mean_std_of(ok, m))}}
     return [group(d) for _, d in pd.DataFrame(rows).groupby('group', sort=False)]
 
 # %% ../nbs/14b_aggregate.ipynb #c212850a

@@ -231,11 +231,11 @@ def chosen_from_meta(meta: dict, setting: str) -> pd.DataFrame:
     return pd.DataFrame(out, columns=['setting', 'column', 'metric', 'method', 'variant', 'label'])
 
 def _written_progress(name: str, spec, out) -> str:
-    "Progress of a stage-2 sweep whose aggregate (`results.csv`) is not written yet: its finished cell folders counted."
+    "Progress of a stage-2 sweep from its cell folders, where its aggregate (`results.csv`, not committed while it runs) is absent."
     from fedloge_nb.sweep import cell_state
-    cells = expand(spec); done = sum(cell_state(c, out) == 'done' for c in cells)
-    return (f"written (`experiments/{name}.toml`, {len(cells)} cells), " +
-            (f"{done} finished, no table before the sweep writes its aggregate" if done else "none finished yet"))
+    cells = expand(spec); st = [cell_state(c, out) for c in cells]; done, failed = st.count('done'), st.count('failed')
+    if not done + failed: return f"written (`experiments/{name}.toml`, {len(cells)} cells), none finished yet"
+    return f"{done} of {len(cells)} cells finished" + (f", {failed} failed" if failed else '')
 
 def leaderboard_report(name: str, sweeps=None, experiments=None) -> dict:
     "Stage 1's progress and choices for leaderboard `name` (LEADERBOARDS) and, once stage 2 has run, its GM and PM tables (the choices as the stage-2 file records them) and their readings at each method's own post-training budget."
@@ -246,7 +246,8 @@ def leaderboard_report(name: str, sweeps=None, experiments=None) -> dict:
     rows2 = read_rows(p2) if p2.exists() else []
     spec2 = load_spec(f2) if f2.exists() else None
     chosen = chosen_from_meta(spec2.meta, setting) if spec2 else (chosen_variants(rows1) if rows1 else None)
-    tables = {c: leaderboard_table(rows2, c, chosen, setting) for _, _, c in SELECT} if rows2 and chosen is not None else {}
+    complete = bool(rows2) and not any(r.get('status') in ('pending', 'stale') for r in rows2)   # no table from part of the seeds
+    tables = {c: leaderboard_table(rows2, c, chosen, setting) for _, _, c in SELECT} if complete and chosen is not None else {}
     budget = {c: budget_check(rows2, c, chosen, setting) for c in tables}
     progress2 = _progress(rows2) if rows2 else _written_progress(name, spec2, p2.parent) if spec2 else 'not written'
     return dict(name=name, stage1=s1, setting=setting, words=words, stage1_progress=_progress(rows1) if rows1 else 'not run',

@@ -86,12 +86,14 @@ def _train_round(algo, cfg, clients, client_states, gstate, rnd):
     return gstate, (float(np.mean(losses)) if losses else float('nan')), len(results), rec
 
 # %% ../nbs/04a_engine.ipynb #17c2023e
+def _seconds(v: float, nd: int):
+    "`v` rounded to `nd` digits, or None (null in JSON, empty in CSV) where it is NaN: resumed from a checkpoint without CPU time."
+    return round(v, nd) if math.isfinite(v) else None
+
 def make_summary(cfg: FedConfig, fed, algo: Algorithm, final: dict, history: list, train_time: float, finish_time: float,
                  train_cpu: float | None = None) -> dict:
     "The content of `summary.json` (before the `own_*` keys): final metrics, last-k means, timings, hp and config."
-    ok = train_cpu is not None and math.isfinite(train_cpu)       # NaN: resumed from a checkpoint without CPU time -> null
-    cpu = {} if train_cpu is None else {'train_cpu_time_s': round(train_cpu, 3) if ok else None,
-                                        'cpu_sec_per_round': round(train_cpu / cfg.rounds, 4) if ok else None}
+    cpu = {} if train_cpu is None else {'train_cpu_time_s': _seconds(train_cpu, 3), 'cpu_sec_per_round': _seconds(train_cpu / cfg.rounds, 4)}
     return {'method': cfg.method, 'dataset': cfg.dataset, 'seed': cfg.seed, 'rounds': cfg.rounds, **final,
             **last_k_means(history, final, cfg.last_k), 'last_k': cfg.last_k,
             'train_time_s': round(train_time, 3), 'finish_time_s': round(finish_time, 3),
@@ -245,7 +247,7 @@ def run_fl(cfg: FedConfig, fed=None, out=None, resume: bool = False, progress: b
         if tb: tb.round(rnd, loss, rec if unreliable else None)
         if rnd % cfg.eval_every == 0 or rnd == cfg.rounds:
             mm = _evaluate_all(algo, fed, clients, client_states); m = scalar_metrics(mm)
-            row = {'round': rnd, 'train_loss': loss, 'clients': n_clients, 'train_time_s': round(train_time, 3), 'train_cpu_time_s': round(train_cpu, 3) if math.isfinite(train_cpu) else None}
+            row = {'round': rnd, 'train_loss': loss, 'clients': n_clients, 'train_time_s': round(train_time, 3), 'train_cpu_time_s': _seconds(train_cpu, 3)}
             if unreliable: row.update(_since(log, history[-1]['round'] if history else 0))   # since the previous evaluation
             history.append({**row, **m})
             if tb: tb.evaluation(rnd, mm)

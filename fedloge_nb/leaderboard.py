@@ -232,10 +232,10 @@ def chosen_from_meta(meta: dict, setting: str) -> pd.DataFrame:
 
 def _written_progress(name: str, spec, out) -> str:
     "Progress of a stage-2 sweep from its cell folders, where its aggregate (`results.csv`, not committed while it runs) is absent."
-    from fedloge_nb.sweep import cell_state
-    cells = expand(spec); st = [cell_state(c, out) for c in cells]; done, failed = st.count('done'), st.count('failed')
-    if not done + failed: return f"written (`experiments/{name}.toml`, {len(cells)} cells), none finished yet"
-    return f"{done} of {len(cells)} cells finished" + (f", {failed} failed" if failed else '')
+    from fedloge_nb.sweep import cell_row
+    rows = [cell_row(c, out) for c in expand(spec)]                    # the rows the sweep's results.csv will hold
+    if not any(r['status'] in ('ok', 'failed') for r in rows): return f"written (`experiments/{name}.toml`, {len(rows)} cells), none finished yet"
+    return _progress(rows)
 
 def leaderboard_report(name: str, sweeps=None, experiments=None) -> dict:
     "Stage 1's progress and choices for leaderboard `name` (LEADERBOARDS) and, once stage 2 has run, its GM and PM tables (the choices as the stage-2 file records them) and their readings at each method's own post-training budget."

@@ -251,8 +251,7 @@ def local_long_tail(parts, y, imb_factor, seed=0, num_classes=None) -> list[torc
 # %% ../nbs/02_partition.ipynb #337ed593
 def local_realised_if(imb_factor: float, num_classes: int) -> float:
     "Head/tail ratio `local_long_tail` leaves a client that holds `num_classes` classes in equal shares: IF * S / C."
-    IF, C = check_imb_factor(imb_factor), int_arg(num_classes, 'num_classes')
-    if C < 2: raise ValueError(f"num_classes must be >= 2 for a head/tail ratio, got {C}")
+    IF, C = check_imb_factor(imb_factor), int_arg(num_classes, 'num_classes', 2)   # a head/tail ratio needs two classes
     return IF * float(np.sum(IF ** (-np.arange(C) / (C - 1)))) / C
 
 # %% ../nbs/02_partition.ipynb #057c3abc

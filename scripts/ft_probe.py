@@ -2,7 +2,7 @@
 
 Trains FedAvg-FT from a cell's config.json exactly as the cell ran (same seed, same numbers), and at the finetuning
 stage records for every client the local-test accuracy of: the global model (no finetuning), the finetuning as run
-(the method, unchanged), the same finetuning with the last, smaller batch of each epoch skipped (a client of n samples
+(the method, unchanged), the same finetuning with the last, smaller batch of each epoch skipped (`drop_last`; a client of n samples
 gets a batch of n mod batch_size at the end of every epoch; 1 sample where n = 64 j + 1), and the same finetuning at
 lr 0.01. Also the largest batch loss seen while finetuning. Nothing in the method changes: the probe is a subclass
 whose `finish_client` calls FedAvg-FT's and then runs the variants on copies, with the seed the method uses.
@@ -17,7 +17,7 @@ finetuning and the size of its last batch (the split is rebuilt from the cell's 
     OMP_NUM_THREADS=1 .venv/bin/python scripts/ft_probe.py --scan leaderboard_if100 leaderboard_if10 leaderboard_local \
         results/ft_probe/leaderboard_clients.csv
 """
-import copy, json, sys
+import copy, dataclasses, json, sys
 from pathlib import Path
 import pandas as pd
 import torch
@@ -37,14 +37,6 @@ def _acc(m, d) -> float:
     finally: m.train(was)
 
 
-def _ft_skip_last(m, d, cfg, seed, epochs, lr):
-    "The method's finetuning loop (same optimiser, same seeded order) with every batch smaller than batch_size skipped."
-    opt = torch.optim.SGD(m.parameters(), lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay); m.train()
-    for xb, yb in d.batches(cfg.batch_size, seed, epochs):
-        if len(yb) < cfg.batch_size: continue
-        loss = F.cross_entropy(m(xb), yb); opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
-
-
 class ProbedFedAvgFT(FedAvgFT):
     "FedAvg-FT, unchanged, with each client's finetuning compared against two variants on copies of the global model."
     def __init__(self, **hp): super().__init__(**hp); self.rows = []
@@ -58,7 +50,8 @@ class ProbedFedAvgFT(FedAvgFT):
         out = super().finish_client(stage, d, cs, cfg, msg)
         as_run = _acc(self.local, d)
         if abs(as_run - _acc(m, d)) > 1e-9: raise RuntimeError('the probe does not reproduce the method: stop and read the code')
-        skip = copy.deepcopy(glob); _ft_skip_last(skip, d, cfg, seed, E, self.hp['ft_lr'] or cfg.lr)
+        skip = copy.deepcopy(glob)                                     # the same finetuning, each epoch's smaller last batch skipped
+        local_sgd(skip, dataclasses.replace(d, drop_last=True), cfg, seed, lambda mm, xb, yb: F.cross_entropy(mm(xb), yb), epochs=E, lr=self.hp['ft_lr'])
         low = copy.deepcopy(glob); local_sgd(low, d, cfg, seed, lambda mm, xb, yb: F.cross_entropy(mm(xb), yb), epochs=E, lr=0.01)
         self.rows.append(dict(client=d.k, n_train=len(d), last_batch=len(d) % cfg.batch_size or cfg.batch_size,
                               acc_global=_acc(glob, d), acc_ft=as_run, acc_ft_skip_last=_acc(skip, d), acc_ft_lr0_01=_acc(low, d),

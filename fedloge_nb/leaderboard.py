@@ -17,8 +17,8 @@ from .guards import disk_guard
 
 # %% auto #0
 __all__ = ['SELECT', 'LB_COLORS', 'LEADERBOARDS', 'chosen_variants', 'stage2_overrides', 'stage2_spec', 'write_stage2',
-           'leaderboard_table', 'leaderboard_markdown', 'plot_leaderboard', 'own_budget_rows', 'budget_check',
-           'budget_markdown', 'chosen_from_meta', 'leaderboard_report', 'show_leaderboard']
+           'diverged_methods', 'leaderboard_table', 'leaderboard_markdown', 'plot_leaderboard', 'own_budget_rows',
+           'budget_check', 'budget_markdown', 'chosen_from_meta', 'leaderboard_report', 'show_leaderboard']
 
 # %% ../nbs/15e_leaderboard.ipynb #ddad85fb
 SELECT = (('val_gm_acc', 'gm_acc', 'GM'), ('val_pm_acc', 'pm_acc', 'PM'))   # (validation metric that chooses, test metric reported, column)
@@ -100,9 +100,17 @@ def write_stage2(stage1_path, rows, setting: str, out_path, seeds=(0, 1, 2, 3, 4
     return load_spec(out_path)
 
 # %% ../nbs/15e_leaderboard.ipynb #69b4318c
+def diverged_methods(rows, setting: str | None = None) -> list:
+    "The methods with a run that failed by divergence (the engine's `DivergenceError` in its error line): out of the table by the divergence rule."
+    df = runs_frame(rows)
+    if setting is not None: df = df[df['setting'] == setting]
+    if 'error' not in df or not len(df): return []
+    bad = (df['status'] == 'failed') & df['error'].fillna('').astype(str).str.contains('DivergenceError')
+    return sorted(set(df.loc[bad, 'method']))
+
 def leaderboard_table(rows, column: str = 'GM', chosen: pd.DataFrame | None = None, setting: str | None = None,
                       select=SELECT, alpha: float = 0.05) -> pd.DataFrame:
-    "Stage 2's `column` ranked on the seeds every listed method finished: mean ± std; best minus it per seed, 95% interval, p, Holm p, verdict; methods without a finished seed last."
+    "Stage 2's `column` ranked on the seeds every listed method finished: mean ± std; best minus it per seed, 95% interval, p, Holm p, verdict; methods without a finished seed, then diverged methods (out), last."
     by, metric = next((b, m) for b, m, c in select if c == column)
     df = runs_frame(rows)
     if setting is not None: df = df[df['setting'] == setting]
@@ -110,7 +118,9 @@ def leaderboard_table(rows, column: str = 'GM', chosen: pd.DataFrame | None = No
     if chosen is not None:
         ch = chosen[(chosen['column'] == column) & ((chosen['setting'] == setting) if setting is not None else True)]
         labels = list(dict.fromkeys(ch['label']))
-    else: labels = list(tab.columns)
+    else: labels = list(dict.fromkeys([*tab.columns, *df['label']]))
+    gone = set(diverged_methods(df))                                     # the divergence rule: out of the ranking and of the common seeds
+    outs = [l for l in labels if l.split(' ')[0] in gone]; labels = [l for l in labels if l not in outs]
     ran = [l for l in labels if l in tab.columns and tab[l].notna().any()]
     if not ran: return pd.DataFrame()
     common = tab[ran].dropna()                                           # the seeds every ranked method finished: one set for means and pairs
@@ -124,12 +134,14 @@ def leaderboard_table(rows, column: str = 'GM', chosen: pd.DataFrame | None = No
                         std=float(common[l].std(ddof=1)) if len(common) > 1 else None, **{f'd_{k}': d.get(k) for k in ('n', 'mean', 'lo', 'hi', 'std')},
                         diffs=dd, p=paired_p(d) if d else None))
     out += [dict(label=l, method=l.split(' ')[0], variant=l.partition(' ')[2], n=0, mean=None, std=None, diffs=[], p=None) for l in labels if l not in ran]
+    out += [dict(label=l, method=l.split(' ')[0], variant=l.partition(' ')[2], n=0, mean=None, std=None, diffs=[], p=None, out=True) for l in outs]
     t = pd.DataFrame(out)
+    t['out'] = t['out'].fillna(False).astype(bool) if 'out' in t else False
     t['p_holm'] = holm_adjust([None if p is None or pd.isna(p) else p for p in t['p']])
     below = lambda r, p: p is not None and not pd.isna(p) and p < alpha and r['d_mean'] > 0
-    t['verdict_raw'] = ['best' if i == 0 else ('no finished seed' if r['n'] == 0 else ('n < 2' if r['p'] is None or pd.isna(r['p']) else
+    t['verdict_raw'] = ['best' if i == 0 else ('out: diverged' if r['out'] else 'no finished seed' if r['n'] == 0 else ('n < 2' if r['p'] is None or pd.isna(r['p']) else
                         ('below' if below(r, r['p']) else 'tied'))) for i, (_, r) in enumerate(t.iterrows())]
-    t['verdict'] = ['best' if i == 0 else ('no finished seed' if r['n'] == 0 else ('n < 2' if r['p_holm'] is None or pd.isna(r['p_holm']) else
+    t['verdict'] = ['best' if i == 0 else ('out: diverged' if r['out'] else 'no finished seed' if r['n'] == 0 else ('n < 2' if r['p_holm'] is None or pd.isna(r['p_holm']) else
                     ('below the best' if below(r, r['p_holm']) else 'tied with the best'))) for i, (_, r) in enumerate(t.iterrows())]
     t.insert(0, 'rank', [i + 1 if r['n'] else None for i, (_, r) in enumerate(t.iterrows())])
     return t
@@ -148,7 +160,7 @@ def leaderboard_markdown(t: pd.DataFrame) -> str:
     return '\n'.join(lines)
 
 # %% ../nbs/15e_leaderboard.ipynb #bba4c569
-LB_COLORS = {'below the best': '#d73027', 'tied with the best': '#4575b4', 'best': 'k', 'n < 2': '0.5', 'no finished seed': '0.5'}
+LB_COLORS = {'below the best': '#d73027', 'tied with the best': '#4575b4', 'best': 'k', 'n < 2': '0.5', 'no finished seed': '0.5', 'out: diverged': '0.5'}
 
 def plot_leaderboard(t: pd.DataFrame, path=None, title: str = '', metric_name: str = 'accuracy'):
     "Forest plot of a leaderboard table: each method minus the best per seed (dots), mean and 95% interval, coloured by the Holm verdict."
@@ -246,7 +258,8 @@ def leaderboard_report(name: str, sweeps=None, experiments=None) -> dict:
     rows2 = read_rows(p2) if p2.exists() else []
     spec2 = load_spec(f2) if f2.exists() else None
     chosen = chosen_from_meta(spec2.meta, setting) if spec2 else (chosen_variants(rows1) if rows1 else None)
-    complete = bool(rows2) and not any(r.get('status') in ('pending', 'stale') for r in rows2)   # no table from part of the seeds
+    gone = set(diverged_methods(rows2, setting)) if rows2 else set()     # out by the divergence rule: their other cells are not needed
+    complete = bool(rows2) and not any(r.get('status') in ('pending', 'stale') and r.get('method') not in gone for r in rows2)   # no table from part of the seeds
     tables = {c: leaderboard_table(rows2, c, chosen, setting) for _, _, c in SELECT} if complete and chosen is not None else {}
     budget = {c: budget_check(rows2, c, chosen, setting) for c in tables}
     progress2 = _progress(rows2) if rows2 else _written_progress(name, spec2, p2.parent) if spec2 else 'not written'

@@ -16,9 +16,10 @@ from .datasets import atomic_write
 from .guards import disk_guard
 
 # %% auto #0
-__all__ = ['SELECT', 'LB_COLORS', 'LEADERBOARDS', 'chosen_variants', 'stage2_overrides', 'stage2_spec', 'write_stage2',
-           'diverged_methods', 'leaderboard_table', 'leaderboard_markdown', 'plot_leaderboard', 'own_budget_rows',
-           'budget_check', 'budget_markdown', 'chosen_from_meta', 'leaderboard_report', 'show_leaderboard']
+__all__ = ['SELECT', 'LR_SCREEN', 'LB_COLORS', 'LEADERBOARDS', 'chosen_variants', 'stage2_overrides', 'stage2_spec',
+           'write_stage2', 'diverged_methods', 'leaderboard_table', 'leaderboard_markdown', 'plot_leaderboard',
+           'own_budget_rows', 'budget_check', 'budget_markdown', 'chosen_from_meta', 'leaderboard_report',
+           'show_leaderboard']
 
 # %% ../nbs/15e_leaderboard.ipynb #ddad85fb
 SELECT = (('val_gm_acc', 'gm_acc', 'GM'), ('val_pm_acc', 'pm_acc', 'PM'))   # (validation metric that chooses, test metric reported, column)
@@ -100,13 +101,21 @@ def write_stage2(stage1_path, rows, setting: str, out_path, seeds=(0, 1, 2, 3, 4
     return load_spec(out_path)
 
 # %% ../nbs/15e_leaderboard.ipynb #69b4318c
-def diverged_methods(rows, setting: str | None = None) -> list:
-    "The methods with a run that failed by divergence (the engine's `DivergenceError` in its error line): out of the table by the divergence rule."
+LR_SCREEN = (0.05, 0.02, 0.01)        # the divergence rule's local learning rates, in the order a diverging method moves down them
+
+def _diverged_lr(error) -> float | None:
+    "The --lr of a run whose error line is the engine's `DivergenceError` ('... lower --lr (now 0.01) ...'); None for any other error."
+    import re
+    m = re.search(r'DivergenceError.*lower --lr \(now ([0-9.eE+-]+)\)', str(error or ''))
+    return float(m.group(1)) if m else None
+
+def diverged_methods(rows, setting: str | None = None, last_lr: float = LR_SCREEN[-1]) -> list:
+    "The methods with a run that diverged at the screen's last lr (`last_lr` or lower): out of the table by the divergence rule."
     df = runs_frame(rows)
     if setting is not None: df = df[df['setting'] == setting]
     if 'error' not in df or not len(df): return []
-    bad = (df['status'] == 'failed') & df['error'].fillna('').astype(str).str.contains('DivergenceError')
-    return sorted(set(df.loc[bad, 'method']))
+    lrs = [_diverged_lr(e) if s == 'failed' else None for s, e in zip(df['status'], df['error'])]
+    return sorted({m for m, lr in zip(df['method'], lrs) if lr is not None and lr <= last_lr + 1e-12})
 
 def leaderboard_table(rows, column: str = 'GM', chosen: pd.DataFrame | None = None, setting: str | None = None,
                       select=SELECT, alpha: float = 0.05) -> pd.DataFrame:
@@ -206,7 +215,7 @@ def budget_check(rows, column: str = 'GM', chosen: pd.DataFrame | None = None, s
     t1, t2 = seed_table(df1, metric, ('label',)), seed_table(df2, metric, ('label',))
     bb = b.set_index('label'); out = []
     for _, r in a.iterrows():
-        l = r['label']; d = (t2[l] - t1[l]).dropna() if l in t1 else pd.Series(dtype=float)
+        l = r['label']; d = (t2[l] - t1[l]).dropna() if l in t1 and r['verdict'] != 'out: diverged' else pd.Series(dtype=float)
         differs = bool((d.abs() > 1e-9).any()); di = diff_interval(d.tolist()) if differs else {}
         out.append(dict(label=l, method=r['method'], variant=r['variant'], rank=r['rank'], mean=r['mean'], verdict=r['verdict'],
                         own_rank=bb.loc[l, 'rank'], own_mean=bb.loc[l, 'mean'], own_verdict=bb.loc[l, 'verdict'], own_differs=differs,

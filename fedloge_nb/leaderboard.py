@@ -19,7 +19,7 @@ from .guards import disk_guard
 __all__ = ['SELECT', 'LR_SCREEN', 'LB_COLORS', 'LEADERBOARDS', 'chosen_variants', 'stage2_overrides', 'stage2_spec',
            'write_stage2', 'diverged_methods', 'leaderboard_table', 'leaderboard_markdown', 'plot_leaderboard',
            'own_budget_rows', 'budget_check', 'budget_markdown', 'chosen_from_meta', 'leaderboard_report',
-           'show_leaderboard']
+           'show_leaderboard', 'settings_frame', 'rank_agreement', 'plot_settings']
 
 # %% ../nbs/15e_leaderboard.ipynb #ddad85fb
 SELECT = (('val_gm_acc', 'gm_acc', 'GM'), ('val_pm_acc', 'pm_acc', 'PM'))   # (validation metric that chooses, test metric reported, column)
@@ -295,3 +295,45 @@ def show_leaderboard(name: str, sweeps=None, save: bool = True, experiments=None
             display(Markdown(f"**{col} at each method's own post-training budget** (the second reading of chapter 15e, written after "
                              f"the IF 100 table was read; the leaderboard is the table above)\n\n" + budget_markdown(c)))
     return r
+
+# %% ../nbs/15e_leaderboard.ipynb #d8358539
+def settings_frame(reports: dict) -> pd.DataFrame:
+    "The tables of several leaderboards (`{name: leaderboard_report(name)}`) as rows: leaderboard, column, method, variant, rank, mean, best minus it (mean, 95% interval; 0 for the best), verdict."
+    out = []
+    for n, r in reports.items():
+        for col, t in r['tables'].items():
+            for _, x in t.iterrows():
+                best = x['verdict'] == 'best'
+                out.append(dict(leaderboard=n, column=col, method=x['method'], variant=x['variant'], rank=x['rank'], mean=x['mean'], verdict=x['verdict'],
+                                **{k: (0. if best else x.get(k)) for k in ('d_mean', 'd_lo', 'd_hi')}))
+    return pd.DataFrame(out, columns=['leaderboard', 'column', 'method', 'variant', 'rank', 'mean', 'verdict', 'd_mean', 'd_lo', 'd_hi'])
+
+def rank_agreement(df: pd.DataFrame, column: str, a: str, b: str) -> tuple:
+    "Kendall's tau between leaderboards `a` and `b`'s ranks in `column`, over the methods ranked in both: (tau, number of methods)."
+    from scipy.stats import kendalltau
+    r = df[(df['column'] == column) & df['rank'].notna()].pivot_table(index='method', columns='leaderboard', values='rank')
+    r = r[[a, b]].dropna() if a in r and b in r else pd.DataFrame()
+    return (float(kendalltau(r[a], r[b]).statistic), len(r)) if len(r) > 1 else (float('nan'), len(r))
+
+def plot_settings(df: pd.DataFrame, column: str = 'GM', path=None, names: dict | None = None, metric_name: str = 'accuracy'):
+    "Per method (rows, by mean rank), its difference from each setting's best in `column` (mean and 95% interval), one colour a setting; filled: below the best after Holm, open: tied, x: out."
+    import matplotlib.pyplot as plt
+    d = df[df['column'] == column]; boards = list(dict.fromkeys(d['leaderboard'])); names = names or {}
+    order = d.assign(r=d['rank'].fillna(len(d) + 1)).groupby('method')['r'].mean().sort_values().index.tolist()
+    fig, ax = plt.subplots(figsize=(7.2, 0.36 * len(order) + 1.6))
+    colors = plt.rcParams['axes.prop_cycle'].by_key()['color']
+    for j, b in enumerate(boards):
+        for i, m in enumerate(order):
+            x = d[(d['leaderboard'] == b) & (d['method'] == m)]
+            if not len(x): continue
+            x = x.iloc[0]; y = len(order) - 1 - i + (j - (len(boards) - 1) / 2) * 0.22; c = colors[j % len(colors)]
+            if x['verdict'] == 'out: diverged': ax.plot(0, y, 'x', color=c, ms=6); continue
+            if pd.notna(x['d_lo']): ax.hlines(y, -x['d_hi'], -x['d_lo'], color=c, lw=1.6)
+            if pd.notna(x['d_mean']):
+                ax.plot(-x['d_mean'], y, 'o', ms=5, color=c, mfc=c if x['verdict'] in ('below the best', 'best') else 'white')
+    ax.axvline(0, color='k', lw=1); ax.grid(axis='x', alpha=.3)
+    ax.set_yticks(range(len(order))[::-1], order, fontsize=8.5); ax.set_ylim(-0.7, len(order) - 0.3)
+    ax.set_xlabel(f'method minus its setting\'s best, {column} ({metric_name} points): mean and paired 95% interval\nfilled: below the best after Holm; open: tied with it; x: out (diverged)')
+    ax.legend(handles=[plt.Line2D([], [], color=colors[j % len(colors)], marker='s', lw=1.6, label=names.get(b, b)) for j, b in enumerate(boards)],
+              fontsize=8, loc='upper left', bbox_to_anchor=(1.01, 1), frameon=False)
+    return save_fig(fig, path) if path is not None else fig

@@ -316,7 +316,7 @@ def rank_agreement(df: pd.DataFrame, column: str, a: str, b: str) -> tuple:
     return (float(kendalltau(r[a], r[b]).statistic), len(r)) if len(r) > 1 else (float('nan'), len(r))
 
 def plot_settings(df: pd.DataFrame, column: str = 'GM', path=None, names: dict | None = None, metric_name: str = 'accuracy'):
-    "Per method (rows, by mean rank), its difference from each setting's best in `column` (mean and 95% interval), one colour a setting; filled: below the best after Holm, open: tied, x: out."
+    "Per method (rows, by mean rank), its difference from each setting's best in `column` (mean and 95% interval), one colour a setting; filled: below the best after Holm, open: tied; an out method said in words."
     import matplotlib.pyplot as plt
     d = df[df['column'] == column]; boards = list(dict.fromkeys(d['leaderboard'])); names = names or {}
     order = d.assign(r=d['rank'].fillna(len(d) + 1)).groupby('method')['r'].mean().sort_values().index.tolist()
@@ -327,13 +327,14 @@ def plot_settings(df: pd.DataFrame, column: str = 'GM', path=None, names: dict |
             x = d[(d['leaderboard'] == b) & (d['method'] == m)]
             if not len(x): continue
             x = x.iloc[0]; y = len(order) - 1 - i + (j - (len(boards) - 1) / 2) * 0.22; c = colors[j % len(colors)]
-            if x['verdict'] == 'out: diverged': ax.plot(0, y, 'x', color=c, ms=6); continue
+            if x['verdict'] == 'out: diverged':                               # no interval: said in words at the right edge
+                ax.annotate(f"out: diverged ({names.get(b, b)})", xy=(0.99, y), xycoords=('axes fraction', 'data'), ha='right', va='center', fontsize=7.5, color=c); continue
             if pd.notna(x['d_lo']): ax.hlines(y, -x['d_hi'], -x['d_lo'], color=c, lw=1.6)
             if pd.notna(x['d_mean']):
                 ax.plot(-x['d_mean'], y, 'o', ms=5, color=c, mfc=c if x['verdict'] in ('below the best', 'best') else 'white')
     ax.axvline(0, color='k', lw=1); ax.grid(axis='x', alpha=.3)
     ax.set_yticks(range(len(order))[::-1], order, fontsize=8.5); ax.set_ylim(-0.7, len(order) - 0.3)
-    ax.set_xlabel(f'method minus its setting\'s best, {column} ({metric_name} points): mean and paired 95% interval\nfilled: below the best after Holm; open: tied with it; x: out (diverged)')
+    ax.set_xlabel(f'method minus its setting\'s best, {column} ({metric_name} points): mean and paired 95% interval\nfilled: below the best after Holm; open: tied with it')
     ax.legend(handles=[plt.Line2D([], [], color=colors[j % len(colors)], marker='s', lw=1.6, label=names.get(b, b)) for j, b in enumerate(boards)],
               fontsize=8, loc='upper left', bbox_to_anchor=(1.01, 1), frameon=False)
     return save_fig(fig, path) if path is not None else fig

@@ -18,8 +18,8 @@ from .guards import disk_guard
 # %% auto #0
 __all__ = ['SELECT', 'LR_SCREEN', 'LB_COLORS', 'LEADERBOARDS', 'chosen_variants', 'stage2_overrides', 'stage2_spec',
            'write_stage2', 'diverged_methods', 'leaderboard_table', 'leaderboard_markdown', 'plot_leaderboard',
-           'own_budget_rows', 'budget_check', 'budget_markdown', 'chosen_from_meta', 'leaderboard_report',
-           'show_leaderboard', 'settings_frame', 'rank_agreement', 'plot_settings']
+           'own_budget_rows', 'budget_check', 'budget_markdown', 'chosen_from_meta', 'diverged_anywhere',
+           'leaderboard_report', 'show_leaderboard', 'settings_frame', 'rank_agreement', 'plot_settings']
 
 # %% ../nbs/15e_leaderboard.ipynb #ddad85fb
 SELECT = (('val_gm_acc', 'gm_acc', 'GM'), ('val_pm_acc', 'pm_acc', 'PM'))   # (validation metric that chooses, test metric reported, column)
@@ -118,7 +118,7 @@ def diverged_methods(rows, setting: str | None = None, last_lr: float = LR_SCREE
     return sorted({m for m, lr in zip(df['method'], lrs) if lr is not None and lr <= last_lr + 1e-12})
 
 def leaderboard_table(rows, column: str = 'GM', chosen: pd.DataFrame | None = None, setting: str | None = None,
-                      select=SELECT, alpha: float = 0.05) -> pd.DataFrame:
+                      select=SELECT, alpha: float = 0.05, out=()) -> pd.DataFrame:
     "Stage 2's `column` ranked on the seeds every listed method finished: mean ± std; best minus it per seed, 95% interval, p, Holm p, verdict; methods without a finished seed, then diverged methods (out), last."
     by, metric = next((b, m) for b, m, c in select if c == column)
     df = runs_frame(rows)
@@ -128,7 +128,7 @@ def leaderboard_table(rows, column: str = 'GM', chosen: pd.DataFrame | None = No
         ch = chosen[(chosen['column'] == column) & ((chosen['setting'] == setting) if setting is not None else True)]
         labels = list(dict.fromkeys(ch['label']))
     else: labels = list(dict.fromkeys([*tab.columns, *df['label']]))
-    gone = set(diverged_methods(df))                                     # the divergence rule: out of the ranking and of the common seeds
+    gone = set(diverged_methods(df)) | set(out)                          # the divergence rule (`out`: diverged in another setting): not ranked
     outs = [l for l in labels if l.split(' ')[0] in gone]; labels = [l for l in labels if l not in outs]
     ran = [l for l in labels if l in tab.columns and tab[l].notna().any()]
     if not ran: return pd.DataFrame()
@@ -204,10 +204,10 @@ def own_budget_rows(rows) -> list:
         out.append(r)
     return out
 
-def budget_check(rows, column: str = 'GM', chosen: pd.DataFrame | None = None, setting: str | None = None) -> pd.DataFrame:
+def budget_check(rows, column: str = 'GM', chosen: pd.DataFrame | None = None, setting: str | None = None, out=()) -> pd.DataFrame:
     "Per method, the leaderboard at the matched budget beside the same runs at its own post-training budget: rank, mean, verdict of each, and own minus matched per seed (mean, 95% interval) where they differ."
     own = own_budget_rows(rows)
-    a, b = leaderboard_table(rows, column, chosen, setting), leaderboard_table(own, column, chosen, setting)
+    a, b = leaderboard_table(rows, column, chosen, setting, out=out), leaderboard_table(own, column, chosen, setting, out=out)
     if not len(a): return pd.DataFrame()
     metric = next(m for _, m, c in SELECT if c == column)
     df1, df2 = runs_frame(rows), runs_frame(own)
@@ -258,6 +258,15 @@ def _written_progress(name: str, spec, out) -> str:
     if not any(r['status'] in ('ok', 'failed') for r in rows): return f"written (`experiments/{name}.toml`, {len(rows)} cells), none finished yet"
     return _progress(rows)
 
+def diverged_anywhere(sweeps=None) -> list:
+    "The methods out of the whole leaderboard: a run of theirs, in either stage of any setting (`LEADERBOARDS`), diverged at the screen's last lr."
+    out = set()
+    for n, (s1, setting, _) in LEADERBOARDS.items():
+        for sw in (s1, n):
+            p = sweep_path(sw, 'results', sweeps)
+            if p.exists(): out |= set(diverged_methods(read_rows(p), setting))
+    return sorted(out)
+
 def leaderboard_report(name: str, sweeps=None, experiments=None) -> dict:
     "Stage 1's progress and choices for leaderboard `name` (LEADERBOARDS) and, once stage 2 has run, its GM and PM tables (the choices as the stage-2 file records them) and their readings at each method's own post-training budget."
     s1, setting, words = LEADERBOARDS[name]
@@ -267,13 +276,13 @@ def leaderboard_report(name: str, sweeps=None, experiments=None) -> dict:
     rows2 = read_rows(p2) if p2.exists() else []
     spec2 = load_spec(f2) if f2.exists() else None
     chosen = chosen_from_meta(spec2.meta, setting) if spec2 else (chosen_variants(rows1) if rows1 else None)
-    gone = set(diverged_methods(rows2, setting)) if rows2 else set()     # out by the divergence rule: their other cells are not needed
+    gone = set(diverged_anywhere(sweeps)) | (set(diverged_methods(rows2, setting)) if rows2 else set())   # out of the leaderboard: their other cells are not needed
     complete = bool(rows2) and not any(r.get('status') in ('pending', 'stale') and r.get('method') not in gone for r in rows2)   # no table from part of the seeds
-    tables = {c: leaderboard_table(rows2, c, chosen, setting) for _, _, c in SELECT} if complete and chosen is not None else {}
-    budget = {c: budget_check(rows2, c, chosen, setting) for c in tables}
+    tables = {c: leaderboard_table(rows2, c, chosen, setting, out=gone) for _, _, c in SELECT} if complete and chosen is not None else {}
+    budget = {c: budget_check(rows2, c, chosen, setting, out=gone) for c in tables}
     progress2 = _progress(rows2) if rows2 else _written_progress(name, spec2, p2.parent) if spec2 else 'not written'
     return dict(name=name, stage1=s1, setting=setting, words=words, stage1_progress=_progress(rows1) if rows1 else 'not run',
-                stage2_progress=progress2, written=spec2 is not None, chosen=chosen, tables=tables, budget=budget)
+                stage2_progress=progress2, written=spec2 is not None, chosen=chosen, tables=tables, budget=budget, out=sorted(gone))
 
 # %% ../nbs/15e_leaderboard.ipynb #d389d76c
 def show_leaderboard(name: str, sweeps=None, save: bool = True, experiments=None):

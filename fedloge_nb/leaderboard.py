@@ -148,10 +148,9 @@ def leaderboard_table(rows, column: str = 'GM', chosen: pd.DataFrame | None = No
     t['out'] = t['out'].fillna(False).astype(bool) if 'out' in t else False
     t['p_holm'] = holm_adjust([None if p is None or pd.isna(p) else p for p in t['p']])
     below = lambda r, p: p is not None and not pd.isna(p) and p < alpha and r['d_mean'] > 0
-    t['verdict_raw'] = ['best' if i == 0 else ('out: diverged' if r['out'] else 'no finished seed' if r['n'] == 0 else ('n < 2' if r['p'] is None or pd.isna(r['p']) else
-                        ('below' if below(r, r['p']) else 'tied'))) for i, (_, r) in enumerate(t.iterrows())]
-    t['verdict'] = ['best' if i == 0 else ('out: diverged' if r['out'] else 'no finished seed' if r['n'] == 0 else ('n < 2' if r['p_holm'] is None or pd.isna(r['p_holm']) else
-                    ('below the best' if below(r, r['p_holm']) else 'tied with the best'))) for i, (_, r) in enumerate(t.iterrows())]
+    verdicts = lambda pc, lo, tie: ['best' if i == 0 else 'out: diverged' if r['out'] else 'no finished seed' if r['n'] == 0 else
+                                    'n < 2' if r[pc] is None or pd.isna(r[pc]) else lo if below(r, r[pc]) else tie for i, (_, r) in enumerate(t.iterrows())]
+    t['verdict_raw'], t['verdict'] = verdicts('p', 'below', 'tied'), verdicts('p_holm', 'below the best', 'tied with the best')
     t.insert(0, 'rank', [i + 1 if r['n'] else None for i, (_, r) in enumerate(t.iterrows())])
     return t
 
@@ -276,7 +275,7 @@ def leaderboard_report(name: str, sweeps=None, experiments=None) -> dict:
     rows2 = read_rows(p2) if p2.exists() else []
     spec2 = load_spec(f2) if f2.exists() else None
     chosen = chosen_from_meta(spec2.meta, setting) if spec2 else (chosen_variants(rows1) if rows1 else None)
-    gone = set(diverged_anywhere(sweeps)) | (set(diverged_methods(rows2, setting)) if rows2 else set())   # out of the leaderboard: their other cells are not needed
+    gone = set(diverged_anywhere(sweeps))                                # out of the leaderboard (this stage 2 included): their other cells are not needed
     complete = bool(rows2) and not any(r.get('status') in ('pending', 'stale') and r.get('method') not in gone for r in rows2)   # no table from part of the seeds
     tables = {c: leaderboard_table(rows2, c, chosen, setting, out=gone) for _, _, c in SELECT} if complete and chosen is not None else {}
     budget = {c: budget_check(rows2, c, chosen, setting, out=gone) for c in tables}

@@ -162,6 +162,7 @@ REVISIONS = {     # method -> revision, or (revision, the runs it concerns): rai
 }
 HP_RENAMED = {'ratio_loss': {'alpha': 'ratio_alpha', 'beta': 'ratio_beta'}}   # method -> {old name: new name}
 
+# %% ../nbs/03c_hparams.ipynb #1ae2531d
 def compat_keys(cls) -> list:
     "The names `cls` and every class it is built from are registered under (a plug-in as '+name'): the keys of `HP_ADDED`, `REVISIONS`."
     keys = []

@@ -117,6 +117,7 @@ def diverged_methods(rows, setting: str | None = None, last_lr: float = LR_SCREE
     lrs = [_diverged_lr(e) if s == 'failed' else None for s, e in zip(df['status'], df['error'])]
     return sorted({m for m, lr in zip(df['method'], lrs) if lr is not None and lr <= last_lr + 1e-12})
 
+# %% ../nbs/15e_leaderboard.ipynb #0df4e036
 def leaderboard_table(rows, column: str = 'GM', chosen: pd.DataFrame | None = None, setting: str | None = None,
                       select=SELECT, alpha: float = 0.05, out=()) -> pd.DataFrame:
     "Stage 2's `column` ranked on the seeds every listed method finished: mean ± std; best minus it per seed, 95% interval, p, Holm p, verdict; methods without a finished seed, then diverged methods (out), last."
@@ -203,6 +204,7 @@ def own_budget_rows(rows) -> list:
         out.append(r)
     return out
 
+# %% ../nbs/15e_leaderboard.ipynb #79bc6b43
 def budget_check(rows, column: str = 'GM', chosen: pd.DataFrame | None = None, setting: str | None = None, out=()) -> pd.DataFrame:
     "Per method, the leaderboard at the matched budget beside the same runs at its own post-training budget: rank, mean, verdict of each, and own minus matched per seed (mean, 95% interval) where they differ."
     own = own_budget_rows(rows)
@@ -233,7 +235,6 @@ def budget_markdown(c: pd.DataFrame) -> str:
                      f"{rk(r['own_rank'])}, {fmt_mean_std(r['own_mean'], None)}, {ov} | {d} |")
     return '\n'.join(lines)
 
-
 # %% ../nbs/15e_leaderboard.ipynb #7359dc2e
 LEADERBOARDS = {   # stage-2 sweep: (stage-1 sweep, setting, in words)
     'leaderboard_if100': ('leaderboard_val', 'fmnist_if100_a0.5', 'Fashion-MNIST-LT, global long tail IF 100, Dirichlet alpha 0.5'),
@@ -250,6 +251,7 @@ def chosen_from_meta(meta: dict, setting: str) -> pd.DataFrame:
            for _, m, col in SELECT for k, v in meta.get(f'chosen_{col.lower()}', {}).items()]
     return pd.DataFrame(out, columns=['setting', 'column', 'metric', 'method', 'variant', 'label'])
 
+# %% ../nbs/15e_leaderboard.ipynb #ab48870e
 def _written_progress(name: str, spec, out) -> str:
     "Progress of a stage-2 sweep from its cell folders, where its aggregate (`results.csv`, not committed while it runs) is absent."
     from fedloge_nb.sweep import cell_row
@@ -266,6 +268,7 @@ def diverged_anywhere(sweeps=None) -> list:
             if p.exists(): out |= set(diverged_methods(read_rows(p), setting))
     return sorted(out)
 
+# %% ../nbs/15e_leaderboard.ipynb #bfd4daac
 def leaderboard_report(name: str, sweeps=None, experiments=None) -> dict:
     "Stage 1's progress and choices for leaderboard `name` (LEADERBOARDS) and, once stage 2 has run, its GM and PM tables (the choices as the stage-2 file records them) and their readings at each method's own post-training budget."
     s1, setting, words = LEADERBOARDS[name]
@@ -323,6 +326,7 @@ def rank_agreement(df: pd.DataFrame, column: str, a: str, b: str) -> tuple:
     r = r[[a, b]].dropna() if a in r and b in r else pd.DataFrame()
     return (float(kendalltau(r[a], r[b]).statistic), len(r)) if len(r) > 1 else (float('nan'), len(r))
 
+# %% ../nbs/15e_leaderboard.ipynb #704f33a8
 def plot_settings(df: pd.DataFrame, column: str = 'GM', path=None, names: dict | None = None, metric_name: str = 'accuracy'):
     "Per method (rows, by mean rank), its difference from each setting's best in `column` (mean and 95% interval), one colour a setting; filled: below the best after Holm, open: tied; an out method said in words."
     import matplotlib.pyplot as plt

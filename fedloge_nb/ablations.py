@@ -316,7 +316,7 @@ ABLATIONS['gmv_table1'] = Ablation(
          "0.03, momentum 0.9, weight decay 5e-4; SCAFFOLD diverged there on 2-class shards (round 47), so both SCAFFOLD rows use "
          "SCAFFOLD's own local lr chosen on validation (`scaffold_lr_shards`); where a row's cell diverged, the sweep file's "
          "divergence rule (fedetf_appendix's) moved all seeds of that row one step down the lr grid 0.03 / 0.01 / 0.005 / 0.003: "
-         "on 2-class shards MOON to 0.01, SCAFFOLD/RS to 0.003 and FedDyn to 0.01, so those rows differ from FedAvg_ETF in lr too. "
+         "MOON to 0.01 and SCAFFOLD/RS to 0.003 on 2-class shards, FedDyn to 0.01 on both, so those rows differ from FedAvg_ETF in lr too. "
          "FedAwS runs FedRepo's cosine form with its first "
          "setting (margin 0.8, 30 server steps at lr 0.1), the table's protocol being FedRepo's (chapter 08f). The paper's SCAFFOLD/RS row (83.8 / 73.0) is the "
          "one row whose 2-class number is above its 5-class one; its check on C10-100-2 is therefore 'worse' as printed.")

@@ -5,6 +5,7 @@
 # %% ../nbs/15c_ablations.ipynb #f647201b
 from __future__ import annotations
 from dataclasses import dataclass, field
+import json
 import numpy as np
 import pandas as pd
 from pathlib import Path
@@ -15,8 +16,9 @@ from .paper_tables import paper_csv, to_percent
 
 # %% auto #0
 __all__ = ['AGREE', 'ABLATIONS', 'FIXED', 'FT_EPOCHS', 'Check', 'check_diff', 'agreement', 'checks_table', 'ours_table',
-           'best_label', 'Ablation', 'final_only', 'plot_ft_curve', 'plot_memory_grid', 'gmv_table1_direction',
-           'checks_markdown', 'checks_summary', 'ablation_report', 'show_ablation', 'round_curves']
+           'with_run_config', 'best_label', 'Ablation', 'final_only', 'plot_ft_curve', 'plot_memory_grid',
+           'gmv_table1_direction', 'checks_markdown', 'checks_summary', 'ablation_report', 'show_ablation',
+           'round_curves']
 
 # %% ../nbs/15c_ablations.ipynb #ab903628
 @dataclass
@@ -58,8 +60,8 @@ def checks_table(rows, checks: list, names: dict | None = None) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 # %% ../nbs/15c_ablations.ipynb #d499fafb
-def ours_table(rows, labels: dict, metrics: dict, settings: dict | None = None) -> pd.DataFrame:
-    "Our side of a table: a row per (setting,) label in `labels` order, a column per metric, 'mean ± std' over the finished seeds (the rows' `stable` values: last-k means unless `final_only` removed them) and n."
+def ours_table(rows, labels: dict, metrics: dict, settings: dict | None = None, show: tuple = ()) -> pd.DataFrame:
+    "Our side of a table: a row per (setting,) label in `labels` order, a column per metric, 'mean ± std' over the finished seeds (the rows' `stable` values: last-k means unless `final_only` removed them), n, and a column per run setting in `show` whose value differs between rows."
     df = runs_frame(rows)
     settings = settings or {s: None for s in dict.fromkeys(df['setting'].fillna(''))}
     out = []
@@ -71,9 +73,20 @@ def ours_table(rows, labels: dict, metrics: dict, settings: dict | None = None) 
             n = max((len(v) for v in vals.values()), default=0)
             row = {'setting': sname or s, 'row': name, **{mn: fmt_mean_std(v.mean() if len(v) else None, v.std(ddof=1) if len(v) > 1 else None)
                                                          for mn, v in vals.items()}, 'n': n}
+            ok = d[(d['label'] == lab) & (d['status'] == 'ok')]
+            for k in show: row[k] = ' / '.join(f'{x:g}' if isinstance(x, float) else str(x) for x in dict.fromkeys(ok[k].dropna())) if k in ok else ''
             out.append(row)
     t = pd.DataFrame(out)
+    t = t.drop(columns=[k for k in show if t[k].replace('', None).nunique() < 2])
     return t.set_index(['setting', 'row'] if len(settings) > 1 else 'row').drop(columns=[] if len(settings) > 1 else ['setting'])
+
+# %% ../nbs/15c_ablations.ipynb #312810f9
+def with_run_config(rows: list, cells_dir, keys: tuple = ('lr',)) -> list:
+    "`rows` (of a results.csv) with the run settings `keys` read from each cell's config.json in `cells_dir` (None where a cell has none)."
+    def cfg(cell):
+        p = Path(cells_dir)/str(cell)/'config.json'
+        return json.loads(p.read_text()).get('config', {}) if cell and p.exists() else {}
+    return [dict(r, **{k: cfg(r.get('cell')).get(k) for k in keys}) for r in rows]
 
 # %% ../nbs/15c_ablations.ipynb #a6c20fb0
 def best_label(rows, method: str, by: str) -> str | None:
@@ -316,7 +329,7 @@ ABLATIONS['gmv_table1'] = Ablation(
          "0.03, momentum 0.9, weight decay 5e-4; SCAFFOLD diverged there on 2-class shards (round 47), so both SCAFFOLD rows use "
          "SCAFFOLD's own local lr chosen on validation (`scaffold_lr_shards`); where a row's cell diverged, the sweep file's "
          "divergence rule (fedetf_appendix's) moved all seeds of that row one step down the lr grid 0.03 / 0.01 / 0.005 / 0.003: "
-         "MOON to 0.01 and SCAFFOLD/RS to 0.003 on 2-class shards, FedDyn to 0.01 on both, so those rows differ from FedAvg_ETF in lr too. "
+         "MOON to 0.01 and SCAFFOLD/RS to 0.003 on 2-class shards, FedDyn to 0.01 on both, so those rows differ from FedAvg_ETF in lr too (the lr column, read from each cell's config). "
          "FedAwS runs FedRepo's cosine form with its first "
          "setting (margin 0.8, 30 server steps at lr 0.1), the table's protocol being FedRepo's (chapter 08f). The paper's SCAFFOLD/RS row (83.8 / 73.0) is the "
          "one row whose 2-class number is above its 5-class one; its check on C10-100-2 is therefore 'worse' as printed.")
@@ -438,11 +451,11 @@ def ablation_report(name: str, sweeps=None) -> dict | None:
     ab = ABLATIONS[name]
     p = sweep_path(ab.exp, 'results', sweeps)
     if not p.exists(): return None
-    rows = read_rows(p)
+    rows = with_run_config(read_rows(p), p.parent)
     if ab.window == 'final': rows = final_only(rows)
     checks = ab.checks(rows) if callable(ab.checks) else ab.checks
     done = sum(r.get('status') == 'ok' for r in rows)
-    return dict(paper=ab.paper(), ours=ours_table(rows, ab.labels, ab.metrics, ab.settings), checks=checks_table(rows, checks, ab.labels),
+    return dict(paper=ab.paper(), ours=ours_table(rows, ab.labels, ab.metrics, ab.settings, show=('lr',)), checks=checks_table(rows, checks, ab.labels),
                 done=done, cells=len(rows))
 
 def show_ablation(name: str, sweeps=None):

@@ -80,7 +80,7 @@ def ours_table(rows, labels: dict, metrics: dict, settings: dict | None = None, 
     t = t.drop(columns=[k for k in show if t[k].replace('', None).nunique() < 2])
     return t.set_index(['setting', 'row'] if len(settings) > 1 else 'row').drop(columns=[] if len(settings) > 1 else ['setting'])
 
-# %% ../nbs/15c_ablations.ipynb #312810f9
+# %% ../nbs/15c_ablations.ipynb #6dcd4723
 def with_run_config(rows: list, cells_dir, keys: tuple = ('lr',)) -> list:
     "`rows` (of a results.csv) with the run settings `keys` read from each cell's config.json in `cells_dir` (None where a cell has none)."
     def cfg(cell):

@@ -15,8 +15,8 @@ from .report import sweep_path, not_run, paper_frame
 from .paper_tables import paper_csv, to_percent
 
 # %% auto #0
-__all__ = ['AGREE', 'ABLATIONS', 'FIXED', 'FT_EPOCHS', 'Check', 'check_diff', 'agreement', 'checks_table', 'ours_table',
-           'with_run_config', 'best_label', 'Ablation', 'final_only', 'plot_ft_curve', 'plot_memory_grid',
+__all__ = ['AGREE', 'RUN_SETTINGS', 'ABLATIONS', 'FIXED', 'FT_EPOCHS', 'Check', 'check_diff', 'agreement', 'checks_table',
+           'ours_table', 'with_run_config', 'best_label', 'Ablation', 'final_only', 'plot_ft_curve', 'plot_memory_grid',
            'gmv_table1_direction', 'checks_markdown', 'checks_summary', 'ablation_report', 'show_ablation',
            'round_curves']
 
@@ -77,16 +77,19 @@ def ours_table(rows, labels: dict, metrics: dict, settings: dict | None = None, 
             for k in show: row[k] = ' / '.join(f'{x:g}' if isinstance(x, float) else str(x) for x in dict.fromkeys(ok[k].dropna())) if k in ok else ''
             out.append(row)
     t = pd.DataFrame(out)
-    t = t.drop(columns=[k for k in show if t[k].replace('', None).nunique() < 2])
+    t = t.drop(columns=[k for k in show if t[k][t[k] != ''].nunique() < 2])
     return t.set_index(['setting', 'row'] if len(settings) > 1 else 'row').drop(columns=[] if len(settings) > 1 else ['setting'])
 
 # %% ../nbs/15c_ablations.ipynb #6dcd4723
-def with_run_config(rows: list, cells_dir, keys: tuple = ('lr',)) -> list:
+RUN_SETTINGS = ('lr',)    # the run settings an ablation's table reads back from its cells and shows where rows differ
+
+def with_run_config(rows: list, cells_dir, keys: tuple = RUN_SETTINGS) -> list:
     "`rows` (of a results.csv) with the run settings `keys` read from each cell's config.json in `cells_dir` (None where a cell has none)."
     def cfg(cell):
         p = Path(cells_dir)/str(cell)/'config.json'
         return json.loads(p.read_text()).get('config', {}) if cell and p.exists() else {}
-    return [dict(r, **{k: cfg(r.get('cell')).get(k) for k in keys}) for r in rows]
+    cfgs = [cfg(r.get('cell')) for r in rows]                 # one read per cell, whatever the number of keys
+    return [dict(r, **{k: c.get(k) for k in keys}) for r, c in zip(rows, cfgs)]
 
 # %% ../nbs/15c_ablations.ipynb #a6c20fb0
 def best_label(rows, method: str, by: str) -> str | None:
@@ -455,7 +458,7 @@ def ablation_report(name: str, sweeps=None) -> dict | None:
     if ab.window == 'final': rows = final_only(rows)
     checks = ab.checks(rows) if callable(ab.checks) else ab.checks
     done = sum(r.get('status') == 'ok' for r in rows)
-    return dict(paper=ab.paper(), ours=ours_table(rows, ab.labels, ab.metrics, ab.settings, show=('lr',)), checks=checks_table(rows, checks, ab.labels),
+    return dict(paper=ab.paper(), ours=ours_table(rows, ab.labels, ab.metrics, ab.settings, show=RUN_SETTINGS), checks=checks_table(rows, checks, ab.labels),
                 done=done, cells=len(rows))
 
 def show_ablation(name: str, sweeps=None):

@@ -19,11 +19,12 @@ from .monitor import TBLog, tb_available
 from .federated import (FedConfig, Algorithm, client_datasets, sample_clients,
                                   derive_seed, seed_everything, client_fate, client_config, hold_out_clients)
 from .registry import matched_hp, make_algorithm
+from .client_store import ClientStore
 
 
 # %% auto #0
-__all__ = ['RunResult', 'last_k_means', 'scalar_metrics', 'make_summary', 'environment', 'start_run', 'evaluate_new_clients',
-           'run_fl', 'check_run']
+__all__ = ['RunResult', 'last_k_means', 'scalar_metrics', 'make_summary', 'environment', 'cache_size', 'start_run',
+           'evaluate_new_clients', 'run_fl', 'check_run']
 
 # %% ../nbs/04a_engine.ipynb #134502b8
 @dataclass
@@ -32,7 +33,7 @@ class RunResult:
     summary: dict
     history: list
     algo: Algorithm
-    client_states: list
+    client_states: ClientStore                  # client k's state as `client_states[k]` (chapter 03f)
     fed: object
     clients: list
 
@@ -64,26 +65,32 @@ def _evaluate_all(algo, fed, clients, client_states) -> dict:
     return m
 
 def _train_round(algo, cfg, clients, client_states, gstate, rnd):
-    results, ids = [], sample_clients(cfg.clients, cfg.frac, cfg.seed, rnd)
+    ids = sample_clients(cfg.clients, cfg.frac, cfg.seed, rnd)
     rec = {'round': rnd, 'clients_asked': 0, 'clients_answered': 0, 'clients_dropped': 0, 'stragglers': 0, 'dropped': [], 'straggler_epochs': {}}
+    plan = []                                        # the clients that will answer, in order (their fates are known before training)
     for k in ids:
         if len(clients[k]) == 0: continue
         fate = client_fate(cfg, rnd, k); rec['clients_asked'] += 1
         if fate.dropped: rec['clients_dropped'] += 1; rec['dropped'].append(k); continue   # its update is lost: nothing changes on it
         if fate.straggler: rec['stragglers'] += 1; rec['straggler_epochs'][k] = fate.epochs
+        plan.append(k)
+    client_states.tag = f'r{rnd}'                    # the version a state written during this round gets (chapter 03f)
+    agg, losses = (algo.aggregator(gstate, [len(clients[k]) for k in plan]) if plan else None), []
+    for k in plan:
+        cs = client_states[k]                        # read, or made by init, before the client's seed is set
         s = derive_seed(cfg.seed, 'client', rnd, k)
         torch.manual_seed(s)
-        r = algo.client_update(gstate, client_states[k], clients[k], client_config(cfg, rnd, k), s)   # this round's lr, a straggler's epochs
+        r = algo.client_update(gstate, cs, clients[k], client_config(cfg, rnd, k), s)   # this round's lr, a straggler's epochs
         check_finite(rnd, cfg, {'shared': r.state, 'private': r.client_state}, client=k, loss=r.loss)
         client_states[k] = r.client_state
-        results.append(r)
-    if results:
-        gstate = algo.aggregate(gstate, results)
+        if not math.isnan(r.loss): losses.append(r.loss)
+        agg.add(r); del r, cs                        # a streaming aggregator keeps only its sums
+    if plan:
+        gstate = agg.result()
         check_finite(rnd, cfg, gstate)
         algo.load_global(gstate)
-    losses = [r.loss for r in results if not math.isnan(r.loss)]
-    rec['clients_answered'] = len(results)
-    return gstate, (float(np.mean(losses)) if losses else float('nan')), len(results), rec
+    rec['clients_answered'] = len(plan)
+    return gstate, (float(np.mean(losses)) if losses else float('nan')), len(plan), rec
 
 # %% ../nbs/04a_engine.ipynb #17c2023e
 def _seconds(v: float, nd: int):
@@ -111,17 +118,28 @@ def environment(device='cpu') -> dict:
     return {'torch': torch.__version__, 'python': platform.python_version(), 'machine': platform.machine(), 'cpu': cpu,
             'device': torch.cuda.get_device_name(dev) if dev.type == 'cuda' else dev.type, 'threads': torch.get_num_threads()}
 
-def start_run(algo: Algorithm, fed, cfg: FedConfig) -> tuple[list, list, dict]:
-    "Build `algo` on `fed` and draw each client's initial state (seeded per client): (clients, client_states, global state)."
+def cache_size(cfg: FedConfig) -> int:
+    "How many client states a run keeps in memory: `cfg.state_cache`, else one round's cohort (`max(1, int(frac * clients))`)."
+    return int(cfg.state_cache) if cfg.state_cache is not None else max(1, int(cfg.frac * cfg.clients))
+
+def start_run(algo: Algorithm, fed, cfg: FedConfig, root=None) -> tuple[list, ClientStore, dict]:
+    "Build `algo` on `fed`; (clients, their states as a `ClientStore` under `root` whose client k starts from `init_client_state` seeded per client, global state)."
     algo.device = torch.device(auto_device(cfg.device))
     seed_everything(derive_seed(cfg.seed, 'build'))
     algo.build(fed, cfg)
     clients = client_datasets(fed, algo.device, cfg.drop_last)
-    client_states = []
-    for k, d in enumerate(clients):
-        torch.manual_seed(derive_seed(cfg.seed, 'client_init', k))
-        client_states.append(algo.init_client_state(k, d))
-    return clients, client_states, algo.global_state()
+    init_net = {n: v.detach().clone() for n, v in algo.net.state_dict().items()}
+    devices = [algo.device] if algo.device.type == 'cuda' else []
+    def init(k):
+        "Client k's state before round 1: `init_client_state` on the initial model and seeded per client, whenever it is asked (the caller's model and random state untouched)."
+        now = {n: v.detach().clone() for n, v in algo.net.state_dict().items()}
+        algo.net.load_state_dict(init_net)
+        try:
+            with torch.random.fork_rng(devices=devices):
+                torch.manual_seed(derive_seed(cfg.seed, 'client_init', k))
+                return algo.init_client_state(k, clients[k])
+        finally: algo.net.load_state_dict(now)
+    return clients, ClientStore(len(clients), init, root, cache_size(cfg), algo.device), algo.global_state()
 
 # %% ../nbs/04a_engine.ipynb #6b4bf3dd
 def _open_out(out, cfg: FedConfig, fed, resume: bool):
@@ -138,14 +156,17 @@ def _open_out(out, cfg: FedConfig, fed, resume: bool):
     return out
 
 def _checkpoint(out, rnd, gstate, client_states, history, algo, cfg, train_time, log=(), train_cpu=None):
-    "Write `checkpoint.pt`: everything a resumed run needs to continue after round `rnd` (the one it replaces kept as `checkpoint.prev.pt`)."
-    save_checkpoint(out/'checkpoint.pt', keep_previous=True, ckpt={'round': rnd, 'global': gstate, 'clients': client_states, 'history': history,
+    "Write `checkpoint.pt`: everything a resumed run needs to continue after round `rnd` (the one it replaces kept as `checkpoint.prev.pt`); the client states as the store's manifest."
+    manifest = client_states.flush(f'r{rnd}')                       # every changed client state on file first (OUT/clients)
+    kept = client_states.kept[-1:] + [manifest]                     # the manifests of checkpoint.prev.pt and of this checkpoint
+    save_checkpoint(out/'checkpoint.pt', keep_previous=True, ckpt={'round': rnd, 'global': gstate, 'client_store': {'manifest': manifest, 'kept': kept}, 'history': history,
                                           'extra': algo.extra_state(), 'config': json.dumps(cfg.key(), sort_keys=True),
                                           'hp': hp_key(algo), 'train_time': train_time, **({'rounds': list(log)} if log else {}),
                                           **({} if train_cpu is None else {'train_cpu': train_cpu})})
+    client_states.collect(kept)                                     # the versions no checkpoint on disk names are deleted
 
-def _resume(out, cfg: FedConfig, algo) -> tuple:
-    "(global state, client states, history, round, train time, unreliable-clients log, train CPU time: NaN if not recorded) from `out/checkpoint.pt`, refused when config or hp differ."
+def _resume(out, cfg: FedConfig, algo, client_states: ClientStore) -> tuple:
+    "(global state, client states (`client_states` put back at the checkpoint), history, round, train time, unreliable-clients log, train CPU time: NaN if not recorded) from `out/checkpoint.pt`, refused when config or hp differ."
     if out is None: raise ValueError("resume=True needs an out folder")
     if note := recover_checkpoint(out/'checkpoint.pt'): print(f"fedloge_nb: {note}", file=sys.stderr)   # a damaged latest: the previous one
     ck = load_checkpoint(out/'checkpoint.pt')
@@ -156,7 +177,9 @@ def _resume(out, cfg: FedConfig, algo) -> tuple:
         raise ValueError(f"{out/'checkpoint.pt'} was trained with hyperparameters {ck['hp']}, but the method's current defaults give "
                          f"{hp_key(algo)} (a default changed): pass the old values with --hp, or start over without --resume")
     algo.load_global({k: v.to(algo.device) for k, v in ck['global'].items()})
-    client_states = [{k: v.to(algo.device) if isinstance(v, torch.Tensor) else v for k, v in cs.items()} for cs in ck['clients']]
+    if 'client_store' in ck: client_states.restore(ck['client_store']['manifest'], ck['client_store'].get('kept'))
+    else:                                            # a checkpoint that holds every client's state (written before the store)
+        for k, cs in enumerate(ck['clients']): client_states[k] = {n: v.to(algo.device) if isinstance(v, torch.Tensor) else v for n, v in cs.items()}
     algo.load_extra_state(ck.get('extra', {}))
     return algo.global_state(), client_states, ck['history'], ck['round'], ck.get('train_time', 0.0), ck.get('rounds', []), ck.get('train_cpu', float('nan'))
 
@@ -165,12 +188,14 @@ def _finish(algo, fed, cfg: FedConfig, clients, client_states, history, train_ti
     "The post-training stages, the final evaluation and the summary (plus `own_*`: the method's own post-training budget, with `--post_epochs`)."
     own = None
     if matched_hp(type(algo), cfg):                  # keep the pre-finish state: the method's own post-training budget runs on it too
-        own = copy.deepcopy(algo), copy.deepcopy(client_states)
+        own = copy.deepcopy(algo), copy.deepcopy(client_states)   # a store's copy shares its files (chapter 03f)
     seed_everything(derive_seed(cfg.seed, 'finish'))
     t0 = time.perf_counter()
+    client_states.tag = 'final'                      # the version of a state the post-training stages write
     client_states = algo.finish(fed, cfg, clients, client_states)
     finish_time = time.perf_counter() - t0
-    check_finite(cfg.rounds, cfg, {'post_training': client_states}, training=False)   # realignment / finetuning can diverge too
+    for k, cs in enumerate(client_states):           # realignment / finetuning can diverge too (one state in memory at a time)
+        check_finite(cfg.rounds, cfg, {'post_training': {k: cs}}, training=False)
     final = _evaluate_all(algo, fed, clients, client_states)
     summary = make_summary(cfg, fed, algo, final, history, train_time, finish_time, train_cpu)
     if own is not None:                              # the same trained model with the method's own post-training budget
@@ -233,10 +258,10 @@ def run_fl(cfg: FedConfig, fed=None, out=None, resume: bool = False, progress: b
         fed = make_fed_data(**cfg.data_args())
     fed, fed_new = _split(cfg, fed)
     out = _open_out(out, cfg, fed, resume)
-    clients, client_states, gstate = start_run(algo, fed, cfg)
+    clients, client_states, gstate = start_run(algo, fed, cfg, None if out is None else out/'clients')
     history, start, train_time, log, train_cpu = [], 0, 0.0, [], 0.0
     unreliable = cfg.drop_rate > 0 or cfg.straggler_rate > 0
-    if resume: gstate, client_states, history, start, train_time, log, train_cpu = _resume(out, cfg, algo)
+    if resume: gstate, client_states, history, start, train_time, log, train_cpu = _resume(out, cfg, algo, client_states)
     tb = TBLog(out/'tb', purge_step=start + 1 if resume else None) if cfg.tensorboard else None
     bar = tqdm(range(start + 1, cfg.rounds + 1), desc=f'{cfg.method}', disable=not progress, initial=start, total=cfg.rounds)
     for rnd in bar:

@@ -15,12 +15,14 @@ from tqdm.auto import tqdm
 from fastcore.basics import patch
 from .hparams import HP, check_hp, derive_defaults
 from .partition import shot_groups
+from .client_store import ClientStore
 
 # %% auto #0
 __all__ = ['LR_SCHEDULES', 'METHODS', 'KINDS', 'FedConfig', 'lr_at', 'round_config', 'derive_seed', 'seed_everything',
            'sample_clients', 'ClientFate', 'client_fate', 'client_config', 'ClientData', 'client_datasets',
-           'hold_out_clients', 'weighted_average', 'ClientResult', 'register', 'Algorithm', 'personalize_by_finish',
-           'shared', 'local_sgd', 'feature_sgd', 'FedAvg']
+           'hold_out_clients', 'weighted_average', 'ClientResult', 'register', 'Algorithm', 'Aggregator',
+           'StreamingMean', 'streams_aggregate', 'personalize_by_finish', 'shared', 'local_sgd', 'feature_sgd',
+           'FedAvg']
 
 # %% ../nbs/04_federated.ipynb #98d60cf2
 @dataclass
@@ -65,6 +67,7 @@ class FedConfig:
     client_sizes: str = 'balanced'     # shard split: balanced (equal shares of each class) or unbalanced (random shares)
     server_per_class: int = 0          # a class-balanced labelled set on the server: this many training images per class, held out before the long tail (FedIC; 0 = none)
     drop_last: bool = False            # local batches: skip each epoch's last, smaller batch (FedLTLib's and PFLlib's loaders; a client smaller than one batch keeps it) instead of training on it (the FedLoGe reference's)
+    state_cache: int | None = None     # client states held in memory (None: one round's cohort, max(1, int(frac * clients))); the others in files under OUT/clients (chapter 03f); changes no number
     tensorboard: bool = False          # also log to TensorBoard under OUT/tb (GM, PM, loss, norms, per-client accuracy, hparams); needs the tensorboard extra
 
 # %% ../nbs/04_federated.ipynb #5e2cbffd
@@ -95,6 +98,8 @@ def validate(self: FedConfig) -> 'FedConfig':
                          f"(got {self.straggler_min_epochs} and {self.local_epochs}): use e.g. --local_epochs 5 --straggler_min_epochs 1")
     if self.straggler_rate == 0 and self.straggler_min_epochs != 1:
         raise ValueError(f"straggler_min_epochs={self.straggler_min_epochs} does nothing without stragglers: set --straggler_rate (e.g. 0.5) or drop it")
+    if self.state_cache is not None and int(self.state_cache) < 1:
+        raise ValueError(f"state_cache={self.state_cache}: keep at least 1 client state in memory, e.g. --state_cache 10 (unset: one round's cohort)")
     if self.lr_schedule == 'cosine' and self.lr_decay != 1: raise ValueError(f"lr_schedule='cosine' takes no lr_decay (got {self.lr_decay}): drop --lr_decay")
     return self
 
@@ -114,7 +119,7 @@ def data_args(self: FedConfig) -> dict:
 @patch
 def key(self: FedConfig) -> dict:
     "The config minus run-location fields: two runs with equal keys must give equal numbers."
-    d = asdict(self); d.pop('device'); d.pop('eval_every'); d.pop('ckpt_every'); d.pop('last_k'); d.pop('tensorboard')
+    d = asdict(self); d.pop('device'); d.pop('eval_every'); d.pop('ckpt_every'); d.pop('last_k'); d.pop('tensorboard'); d.pop('state_cache')
     for k in ('val_frac', 'post_epochs', 'lr_decay', 'lr_schedule', 'lr_step', 'new_clients', 'drop_rate', 'straggler_rate', 'straggler_min_epochs', 'long_tail', 'client_sizes', 'server_per_class', 'drop_last'):   # fields added later: absent at their default, so older keys still match
         if d[k] == getattr(FedConfig, k): d.pop(k)
     return json.loads(json.dumps(d))
@@ -351,6 +356,46 @@ def aggregate(self: Algorithm, gstate: dict, results: list[ClientResult]) -> dic
     "Server update from the round's results (default: sample-weighted mean)."
     return weighted_average([r.state for r in results], [r.n for r in results])
 
+# %% ../nbs/04_federated.ipynb #78f1a31f
+class Aggregator:
+    "The server's update from one round's results, given one at a time: kept, then `algo.aggregate(gstate, results)` once."
+    streams = False
+    def __init__(self, algo, gstate: dict, weights=None): self.algo, self.gstate, self.results = algo, gstate, []
+    def add(self, r: ClientResult): self.results.append(r)
+    def result(self) -> dict: return self.algo.aggregate(self.gstate, self.results)
+
+class StreamingMean(Aggregator):
+    "FedAvg's sample-weighted mean folded in as results arrive (one float64 sum per key, no result kept): `weighted_average`'s numbers."
+    streams = True
+    def __init__(self, algo, gstate: dict, weights):
+        w = torch.as_tensor([float(x) for x in weights], dtype=torch.float64)
+        if not len(w) or (w < 0).any() or w.sum() <= 0: raise ValueError(f"weights must be >= 0 with a positive sum, got {w.tolist()}")
+        self.algo, self.gstate, self.n, self.w, self.i, self.acc, self.dtype = algo, gstate, w.tolist(), w / w.sum(), 0, {}, {}
+
+    def add(self, r: ClientResult):
+        if self.i >= len(self.n) or float(r.n) != self.n[self.i]:
+            want = self.n[self.i] if self.i < len(self.n) else 'none (all announced results arrived)'
+            raise ValueError(f"result {self.i} of the round reports n={r.n}, the round announced {want}: a method whose clients report "
+                             f"another weight than their data size overrides `aggregate` or `aggregator`")
+        wi = self.w[self.i].item(); self.i += 1
+        for key, v in r.state.items():
+            if key not in self.acc: self.acc[key], self.dtype[key] = torch.zeros_like(v, dtype=torch.float64), v.dtype
+            self.acc[key] += wi * v.double()
+
+    def result(self) -> dict:
+        if self.i != len(self.n): raise ValueError(f"{self.i} of the round's {len(self.n)} announced results arrived")
+        return {k: a.to(self.dtype[k]) if self.dtype[k].is_floating_point else torch.round(a).to(self.dtype[k]) for k, a in self.acc.items()}
+
+def streams_aggregate(algo) -> bool:
+    "Does `algo` (a method class or instance) aggregate by FedAvg's mean (`aggregate` not overridden, nor replaced on the instance), so that the engine streams its results?"
+    f = algo.aggregate if isinstance(algo, type) else getattr(algo.aggregate, '__func__', None)
+    return f is Algorithm.aggregate
+
+@patch
+def aggregator(self: Algorithm, gstate: dict, weights) -> Aggregator:
+    "This method's aggregator for a round whose answering clients have data sizes `weights` (in order): `StreamingMean` or `Aggregator`."
+    return (StreamingMean if streams_aggregate(self) else Aggregator)(self, gstate, weights)
+
 # %% ../nbs/04_federated.ipynb #3d5aea64
 @patch
 def global_logits(self: Algorithm, x) -> dict:
@@ -381,7 +426,7 @@ def finish_server(self: Algorithm, stage: int, cfg: FedConfig, reports: dict) ->
 @patch
 def finish(self: Algorithm, fed, cfg: FedConfig, clients: list, client_states: list) -> list:
     "After the last round: each of `finish_rounds` stages runs `finish_client` on every client (seeded per client), then `finish_server`."
-    out, msg = list(client_states), {}
+    out, msg = (client_states if isinstance(client_states, ClientStore) else list(client_states)), {}   # a store is changed in place, client by client
     for stage in range(self.finish_rounds(cfg)):
         reports = {}
         for d in clients:

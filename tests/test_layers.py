@@ -15,7 +15,7 @@ PKG = 'fedloge_nb'
 
 # low to high; a module may import its own layer (without a cycle) and the layers below it
 LAYERS = {
-    'core':        {'datasets', 'partition', 'data', 'etf', 'sse_c', 'hparams', 'guards', 'evaluation', 'paper_tables', 'monitor'},
+    'core':        {'datasets', 'partition', 'data', 'etf', 'sse_c', 'hparams', 'guards', 'evaluation', 'paper_tables', 'monitor', 'client_store'},
     'models':      {'models'},
     'engine':      {'federated', 'registry', 'engine'},
     'methods':     {'fedloge', 'realign', 'baselines', 'baselines_lt', 'optimisers', 'pfl', 'fedetf', 'gmv', 'ecl',

@@ -34,6 +34,7 @@ class ClientStore(Sequence):
         self._mem: OrderedDict = OrderedDict()   # k -> state, least recently used first
         self._dirty: set[int] = set()            # in memory and changed since its last write
         self.kept: list[dict] = []               # the manifests the checkpoints on disk name (newest last)
+        self._inherited: dict[int, Path] = {}    # a copy's unchanged clients: the original's file
         self.stats = Counter()                   # reads from file, writes, inits, evictions
 
     def __len__(self): return self.n
@@ -43,7 +44,9 @@ class ClientStore(Sequence):
         "Client k's state: from memory, else its newest file, else `init(k)` (not written: it can be made again)."
         k = self._key(k)
         if k in self._mem: self._mem.move_to_end(k); return self._mem[k]
-        if k in self.index: st = _to(load_checkpoint(self.path(k, self.index[k])), self.device) if self.index[k] else {}; self.stats['reads'] += 1
+        if k in self.index:
+            p = self._inherited.get(k) or self.path(k, self.index[k])
+            st = _to(load_checkpoint(p), self.device) if self.index[k] else {}; self.stats['reads'] += 1
         else: st = self.init(k); self.stats['inits'] += 1
         self._mem[k] = st; self._evict()
         return st
@@ -95,7 +98,7 @@ def _write(self: ClientStore, k: int, st, tag: str):
     else:
         p = self.path(k, tag); p.parent.mkdir(parents=True, exist_ok=True)
         save_checkpoint(p, st); self.stats['writes'] += 1
-    self.index[k] = tag; self._dirty.discard(k)
+    self.index[k] = tag; self._dirty.discard(k); self._inherited.pop(k, None)
 
 # %% ../nbs/03f_client_store.ipynb #a98287fc
 @patch
@@ -124,14 +127,15 @@ def restore(self: ClientStore, manifest: dict, kept: list[dict] | None = None):
         k, t = missing[0]
         raise FileNotFoundError(f"the checkpoint names {len(missing)} client state files that are missing, e.g. {self.path(int(k), t)}: "
                                 f"the run folder is incomplete; start over without --resume")
-    self.index = {int(k): t for k, t in manifest.items()}; self._mem.clear(); self._dirty.clear()
+    self.index = {int(k): t for k, t in manifest.items()}; self._mem.clear(); self._dirty.clear(); self._inherited.clear()
     self.kept = [dict(m) for m in (kept or [manifest])]
 
 # %% ../nbs/03f_client_store.ipynb #bc49580c
 @patch
 def __deepcopy__(self: ClientStore, memo):
-    "A copy sharing the files, with its own memory and its own version tags."
-    new = ClientStore(self.n, self.init, None, self.cache, self.device, f'{self.tag}.copy{next(ClientStore._forks)}')
-    new._root, new._parent = self.root, self          # the parent owns (and outlives) the files the copy reads
+    "A copy that reads the original's files for the states it has not changed and writes its own in a folder of its own."
+    new = ClientStore(self.n, self.init, None, self.cache, self.device, self.tag)
+    new._parent = self                                # the original owns (and outlives) the files the copy reads
+    new._inherited = {**self._inherited, **{k: self.path(k, t) for k, t in self.index.items() if t and k not in self._inherited}}
     new.index = dict(self.index); new._mem = copy.deepcopy(self._mem, memo); new._dirty = set(self._dirty)
     return new

@@ -191,7 +191,8 @@ def _finish(algo, fed, cfg: FedConfig, clients, client_states, history, train_ti
         own = copy.deepcopy(algo), copy.deepcopy(client_states)   # a store's copy shares its files (chapter 03f)
     seed_everything(derive_seed(cfg.seed, 'finish'))
     t0 = time.perf_counter()
-    client_states.tag = 'final'                      # the version of a state the post-training stages write
+    client_states = copy.deepcopy(client_states)     # the stages change a copy (its own folder): OUT/clients keeps the checkpoints' versions
+    client_states.tag = 'final'
     client_states = algo.finish(fed, cfg, clients, client_states)
     finish_time = time.perf_counter() - t0
     for k, cs in enumerate(client_states):           # realignment / finetuning can diverge too (one state in memory at a time)

@@ -18,13 +18,15 @@ from .partition import shot_groups
 from .client_store import ClientStore
 
 # %% auto #0
-__all__ = ['LR_SCHEDULES', 'METHODS', 'KINDS', 'FedConfig', 'lr_at', 'round_config', 'derive_seed', 'seed_everything',
-           'sample_clients', 'ClientFate', 'client_fate', 'client_config', 'ClientData', 'client_datasets',
-           'hold_out_clients', 'weighted_average', 'ClientResult', 'register', 'Algorithm', 'Aggregator',
-           'StreamingMean', 'streams_aggregate', 'personalize_by_finish', 'shared', 'local_sgd', 'feature_sgd',
-           'FedAvg']
+__all__ = ['AMP_MODES', 'LR_SCHEDULES', 'METHODS', 'KINDS', 'FedConfig', 'lr_at', 'round_config', 'derive_seed',
+           'seed_everything', 'sample_clients', 'ClientFate', 'client_fate', 'client_config', 'ClientData',
+           'client_datasets', 'hold_out_clients', 'weighted_average', 'ClientResult', 'register', 'Algorithm',
+           'Aggregator', 'StreamingMean', 'streams_aggregate', 'personalize_by_finish', 'Precision', 'shared',
+           'local_sgd', 'feature_sgd', 'FedAvg']
 
 # %% ../nbs/04_federated.ipynb #98d60cf2
+AMP_MODES = ('off', 'bf16', 'fp16')   # FedConfig.amp: the precision of local training
+
 @dataclass
 class FedConfig:
     "Everything that defines a federated run: data protocol, federation, local optimisation, method hyperparameters."
@@ -67,6 +69,7 @@ class FedConfig:
     client_sizes: str = 'balanced'     # shard split: balanced (equal shares of each class) or unbalanced (random shares)
     server_per_class: int = 0          # a class-balanced labelled set on the server: this many training images per class, held out before the long tail (FedIC; 0 = none)
     drop_last: bool = False            # local batches: skip each epoch's last, smaller batch (FedLTLib's and PFLlib's loaders; a client smaller than one batch keeps it) instead of training on it (the FedLoGe reference's)
+    amp: str = 'off'                   # mixed precision of local training: off (float32), bf16 (autocast to bfloat16) or fp16 (autocast to float16 with a gradient scaler, for GPUs)
     state_cache: int | None = None     # client states held in memory (None: one round's cohort, max(1, int(frac * clients))); the others in files under OUT/clients (chapter 03f); changes no number
     tensorboard: bool = False          # also log to TensorBoard under OUT/tb (GM, PM, loss, norms, per-client accuracy, hparams); needs the tensorboard extra
 
@@ -98,6 +101,7 @@ def validate(self: FedConfig) -> 'FedConfig':
                          f"(got {self.straggler_min_epochs} and {self.local_epochs}): use e.g. --local_epochs 5 --straggler_min_epochs 1")
     if self.straggler_rate == 0 and self.straggler_min_epochs != 1:
         raise ValueError(f"straggler_min_epochs={self.straggler_min_epochs} does nothing without stragglers: set --straggler_rate (e.g. 0.5) or drop it")
+    if self.amp not in AMP_MODES: raise ValueError(f"amp={self.amp!r}: use one of {', '.join(AMP_MODES)}, e.g. --amp bf16 (off = float32)")
     if self.state_cache is not None and int(self.state_cache) < 1:
         raise ValueError(f"state_cache={self.state_cache}: keep at least 1 client state in memory, e.g. --state_cache 10 (unset: one round's cohort)")
     if self.lr_schedule == 'cosine' and self.lr_decay != 1: raise ValueError(f"lr_schedule='cosine' takes no lr_decay (got {self.lr_decay}): drop --lr_decay")
@@ -120,7 +124,7 @@ def data_args(self: FedConfig) -> dict:
 def key(self: FedConfig) -> dict:
     "The config minus run-location fields: two runs with equal keys must give equal numbers."
     d = asdict(self); d.pop('device'); d.pop('eval_every'); d.pop('ckpt_every'); d.pop('last_k'); d.pop('tensorboard'); d.pop('state_cache')
-    for k in ('val_frac', 'post_epochs', 'lr_decay', 'lr_schedule', 'lr_step', 'new_clients', 'drop_rate', 'straggler_rate', 'straggler_min_epochs', 'long_tail', 'client_sizes', 'server_per_class', 'drop_last'):   # fields added later: absent at their default, so older keys still match
+    for k in ('val_frac', 'post_epochs', 'lr_decay', 'lr_schedule', 'lr_step', 'new_clients', 'drop_rate', 'straggler_rate', 'straggler_min_epochs', 'long_tail', 'client_sizes', 'server_per_class', 'drop_last', 'amp'):   # fields added later: absent at their default, so older keys still match
         if d[k] == getattr(FedConfig, k): d.pop(k)
     return json.loads(json.dumps(d))
 
@@ -464,6 +468,28 @@ def extra_state(self: Algorithm) -> dict: return {}
 def load_extra_state(self: Algorithm, state: dict): pass
 
 # %% ../nbs/04_federated.ipynb #595c98e1
+class Precision:
+    "The precision of one client's local training (`cfg.amp`): its autocast context and its optimiser step (a gradient scaler for fp16)."
+    def __init__(self, cfg, device):
+        self.mode, self.device_type = getattr(cfg, 'amp', 'off'), torch.device(device).type
+        self.dtype = {'bf16': torch.bfloat16, 'fp16': torch.float16}.get(self.mode)
+        self.scaler = torch.amp.GradScaler(self.device_type) if self.mode == 'fp16' else None
+
+    def autocast(self):
+        "Where the forward pass and the loss run: autocast to bf16 / fp16, or float32 as it is."
+        return torch.autocast(self.device_type, dtype=self.dtype) if self.dtype is not None else contextlib.nullcontext()
+
+    def step(self, opt, loss, params=(), max_norm: float = 0.0):
+        "zero_grad, backward (scaled for fp16), gradients clipped to `max_norm` when > 0 (unscaled first), optimiser step."
+        opt.zero_grad(set_to_none=True)
+        if self.scaler is None:
+            loss.backward()
+            if max_norm > 0: torch.nn.utils.clip_grad_norm_(params, max_norm)
+            opt.step(); return
+        self.scaler.scale(loss).backward()
+        if max_norm > 0: self.scaler.unscale_(opt); torch.nn.utils.clip_grad_norm_(params, max_norm)
+        self.scaler.step(opt); self.scaler.update()
+
 def shared(model: nn.Module, is_shared) -> dict:
     "Detached copies of the shared entries of `model`'s state dict."
     return {k: v.detach().clone() for k, v in model.state_dict().items() if is_shared(k)}
@@ -476,11 +502,10 @@ def local_sgd(model, data: ClientData, cfg: FedConfig, seed: int, loss_fn, param
     opt = torch.optim.SGD(params, lr=cfg.lr if lr is None else lr, momentum=cfg.momentum if momentum is None else momentum,
                           weight_decay=cfg.weight_decay if weight_decay is None else weight_decay)
     model.train(); total, nb = 0.0, 0
+    prec = Precision(cfg, params[0].device)
     for xb, yb in data.batches(cfg.batch_size, seed, cfg.local_epochs if epochs is None else epochs):
-        loss = loss_fn(model, xb, yb)
-        opt.zero_grad(set_to_none=True); loss.backward()
-        if max_norm > 0: torch.nn.utils.clip_grad_norm_(params, max_norm)
-        opt.step(); total += loss.item(); nb += 1
+        with prec.autocast(): loss = loss_fn(model, xb, yb)
+        prec.step(opt, loss, params, max_norm); total += loss.item(); nb += 1
     return total / max(nb, 1)
 
 def feature_sgd(params: list, y: torch.Tensor, logits_fn, cfg: FedConfig, seed: int, epochs: int):

@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from fastcore.basics import patch
-from .federated import Algorithm, ClientResult, register, shared, derive_seed, feature_sgd
+from .federated import Algorithm, ClientResult, register, shared, derive_seed, feature_sgd, Precision
 from .evaluation import forward_batched
 from .hparams import HP
 from .models import make_backbone, make_head
@@ -191,14 +191,15 @@ def client_update(self: FedLoGe, gstate, cstate, data, cfg, seed):
     phi = cstate['phi'].clone().requires_grad_(True)
     groups = [list(net.theta.parameters()), list(net.psi.parameters()), [phi]]            # steps (1), (2), (3)
     opt = torch.optim.SGD([{'params': g} for g in groups], lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-    total, nb = 0.0, 0
+    total, nb, prec = 0.0, 0, Precision(cfg, phi.device)                           # --amp: autocast and its step (chapter 04)
     for xb, yb in data.batches(cfg.batch_size, seed, cfg.local_epochs):
-        h = net.theta(xb); hd = h.detach()
-        loss = (dot_regression_loss(h, net.sse_c.weight, yb) if self.hp['dr_loss']   # (1) theta through the frozen SSE-C
-                else F.cross_entropy(net.sse_c(h), yb))
-        l_psi = F.cross_entropy(net.psi(hd), yb)                     # (2) psi on detached features
-        l_phi = F.cross_entropy(hd @ phi.T, yb)                      # (3) phi_k on detached features
-        opt.zero_grad(set_to_none=True); (loss + l_psi + l_phi).backward(); opt.step()   # disjoint graphs: each its own gradient
+        with prec.autocast():
+            h = net.theta(xb); hd = h.detach()
+            loss = (dot_regression_loss(h, net.sse_c.weight, yb) if self.hp['dr_loss']   # (1) theta through the frozen SSE-C
+                    else F.cross_entropy(net.sse_c(h), yb))
+            l_psi = F.cross_entropy(net.psi(hd), yb)                     # (2) psi on detached features
+            l_phi = F.cross_entropy(hd @ phi.T, yb)                      # (3) phi_k on detached features
+        prec.step(opt, loss + l_psi + l_phi)                             # disjoint graphs: each its own gradient
         total += loss.item(); nb += 1
     return ClientResult(shared(net, self.is_shared), {**cstate, 'phi': phi.detach()}, len(data), total / max(nb, 1))
 

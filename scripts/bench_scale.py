@@ -6,7 +6,8 @@ one run of the local engine in a fresh process: a cohort of 10 clients a round (
 (`--per_client` images per client, IID), `--rounds` rounds, one evaluation and one checkpoint at the end (GM on the
 global test set, PM over every client's local test set). The child process reports its peak resident memory
 (`getrusage` ru_maxrss) and the engine's training seconds per round (`summary.json`'s `sec_per_round`: local work and
-aggregation, no evaluation). Each child runs under an address-space cap (`--cap_gb`, `RLIMIT_AS`), so a run whose
+aggregation, no evaluation), wall-clock and CPU (`cpu_sec_per_round`: one torch thread, far less sensitive to other jobs
+sharing the machine than wall time). Each child runs under an address-space cap (`--cap_gb`, `RLIMIT_AS`), so a run whose
 memory grows with N fails with MemoryError and is reported as such instead of taking the machine down.
 
 The table prints, per model and method, the ratios to N = 10 measured in this one run: the goal is peak memory at
@@ -44,7 +45,7 @@ def one(a):
         ckpt_mb = sum(p.stat().st_size for p in (Path(d) / 'run').rglob('*.pt')) / 2**20
     s = res.summary
     print(json.dumps({'peak_rss_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 'rss_after_data_mb': rss0,
-                      'sec_per_round': s['sec_per_round'], 'run_wall_s': wall, 'checkpoint_files_mb': ckpt_mb,
+                      'sec_per_round': s['sec_per_round'], 'cpu_sec_per_round': s.get('cpu_sec_per_round'), 'run_wall_s': wall, 'checkpoint_files_mb': ckpt_mb,
                       'gm_acc': s.get('gm_acc'), 'package': str(Path(fedloge_nb.__file__).parent.parent)}))
 
 
@@ -77,14 +78,15 @@ def main():
                     row['status'] = 'MemoryError (over the cap)' if 'MemoryError' in r.stderr or 'alloc' in r.stderr.lower() else f'failed: {err[:120]}'
                 rows.append(row)
                 print(f"{model:9s} {method:9s} N={n:5d}  peak RSS {row.get('peak_rss_mb', float('nan')):8.0f} MB  "
-                      f"{row.get('sec_per_round', float('nan')):7.3f} s/round  {row['status']}", flush=True)
+                      f"{row.get('sec_per_round', float('nan')):7.3f} s/round  {row.get('cpu_sec_per_round') or float('nan'):7.3f} CPU s/round  {row['status']}", flush=True)
     print("\nratios to N = 10 (goal: peak RSS at N = 1000 <= 1.25x, round time flat)")
     for model in a.models.split(','):
         for method in a.methods.split(','):
             rs = {r['clients']: r for r in rows if r['model'] == model and r['method'] == method}
             base = rs.get(min(rs)) if rs else None
             if not base or base['status'] != 'ok': continue
-            parts = [f"N={n}: RSS {r['peak_rss_mb'] / base['peak_rss_mb']:.2f}x, s/round {r['sec_per_round'] / base['sec_per_round']:.2f}x"
+            parts = [f"N={n}: RSS {r['peak_rss_mb'] / base['peak_rss_mb']:.2f}x, s/round {r['sec_per_round'] / base['sec_per_round']:.2f}x, "
+                     f"CPU s/round {(r.get('cpu_sec_per_round') or float('nan')) / (base.get('cpu_sec_per_round') or float('nan')):.2f}x"
                      if r['status'] == 'ok' else f"N={n}: {r['status']}" for n, r in sorted(rs.items()) if n != min(rs)]
             print(f"{model:9s} {method:9s} " + '; '.join(parts))
     if a.out:

@@ -11,13 +11,13 @@ import torch.nn.functional as F
 from torch.func import functional_call
 from fastcore.basics import patch
 from .hparams import HP
-from .federated import Algorithm, FedAvg, ClientResult, register, shared, local_sgd, METHODS
+from .federated import Algorithm, FedAvg, ClientResult, register, shared, local_sgd, METHODS, StreamingMean
 from .registry import get_method, PLUGINS
 from . import baselines, baselines_lt, gmv, ecl   # the bases FedProx, FedLC and the plug-ins etf, gmv, sse_c, ecl
 
 # %% auto #0
-__all__ = ['PAPER_COMPOSITIONS', 'effective_steps', 'take', 'strip_results', 'SCAFFOLD', 'FedNova', 'FedOpt', 'FedAdam',
-           'FedYogi', 'FedAdagrad', 'moon_contrastive', 'MOON']
+__all__ = ['PAPER_COMPOSITIONS', 'effective_steps', 'take', 'strip_results', 'SCAFFOLD', 'ScaffoldStream', 'FedNova', 'FedOpt',
+           'FedAdam', 'FedYogi', 'FedAdagrad', 'moon_contrastive', 'MOON']
 
 # %% ../nbs/09c_optimisers.ipynb #56ab4e15
 def effective_steps(tau: int, rho: float = 0.0) -> float:
@@ -59,10 +59,31 @@ class SCAFFOLD(FedAvg):
             self.c[n] = self.c[n] + sum(r.n / self.n_total * d[n] for r, d in zip(results, dcs))
         return new
 
+    def aggregator(self, gstate, weights):
+        "The same rule folded in as results arrive (`ScaffoldStream`) unless a plug-in or the instance replaced `aggregate`."
+        own = type(self).aggregate is SCAFFOLD.aggregate and 'aggregate' not in vars(self)
+        return ScaffoldStream(self, gstate, weights) if own else super().aggregator(gstate, weights)
+
     def extra_state(self): return {f'c.{n}': v.detach().clone() for n, v in self.c.items()}
     def load_extra_state(self, state):
         for n in self.c:
             if f'c.{n}' in state: self.c[n] = state[f'c.{n}'].to(self.device).clone()
+
+# %% ../nbs/09c_optimisers.ipynb #911610cf
+class ScaffoldStream(StreamingMean):
+    "SCAFFOLD's `aggregate` folded in as results arrive: the models' weighted mean and the sum of n_i / N (c_i+ - c_i)."
+    def __init__(self, algo, gstate, weights):
+        super().__init__(algo, gstate, weights); self.dc = {n: torch.zeros_like(c) for n, c in algo.c.items()}
+    def add(self, r):
+        (dc,), (rest,) = strip_results([r], 'scaffold.dc.')
+        for n in self.dc: self.dc[n] += r.n / self.algo.n_total * dc[n]
+        super().add(rest)
+    def result(self):
+        new, a, eta = super().result(), self.algo, float(self.algo.hp['eta_g'])
+        for n in a.c:
+            if eta != 1.0: new[n] = self.gstate[n] + eta * (new[n] - self.gstate[n])
+            a.c[n] = a.c[n] + self.dc[n]
+        return new
 
 # %% ../nbs/09c_optimisers.ipynb #5912f8cc
 @patch

@@ -73,7 +73,11 @@ def run_cell(cell: Cell, out, fed=None, progress: bool = False, keep_checkpoints
     c = _read_json(d/'config.json')
     if d.exists() and (c is None or not same_config(c.get('config'), key)): shutil.rmtree(d)   # another config, or a folder without config
     resume, ckp = False, d/'checkpoint.pt'
-    if note := recover_checkpoint(ckp): print(f"fedloge_nb sweep: {cell.name}: {note}", file=sys.stderr)   # a damaged latest: the previous one
+    try: note = recover_checkpoint(ckp)                                       # a damaged latest: the previous one
+    except ValueError:                                                         # both damaged: nothing to resume from
+        note = f"{ckp.name} and {previous_checkpoint(ckp).name} are both damaged: starting the cell again"
+        for f in (ckp, previous_checkpoint(ckp)): f.unlink(missing_ok=True)
+    if note: print(f"fedloge_nb sweep: {cell.name}: {note}", file=sys.stderr)
     if ckp.exists():
         try:
             ck = load_checkpoint(d/'checkpoint.pt')

@@ -176,3 +176,15 @@ def test_resume_continues_from_the_previous_checkpoint_when_the_latest_is_trunca
     got, want = (json.loads((d / 'summary.json').read_text()) for d in (out, ref))
     assert (got['gm_acc'], got['client_acc']) == (want['gm_acc'], want['client_acc'])
     assert [r['round'] for r in csv.DictReader(open(out / 'history.csv'))] == ['1', '2', '3']
+
+def test_resume_with_both_checkpoints_damaged_stops_with_one_line(tmp_path, main_in_process):
+    "Both checkpoints damaged: one line names both files and what to do, and never relays torch's advice to unpickle the file."
+    out = tmp_path / 'r'; assert main_in_process('run', *TINY, '--out', out)[0] == 0
+    (out / 'summary.json').unlink()                                           # as if killed after the last checkpoint
+    b = (out / 'checkpoint.prev.pt').read_bytes(); (out / 'checkpoint.prev.pt').write_bytes(b[:len(b) // 3])   # truncated
+    (out / 'checkpoint.pt').write_bytes(b'not a checkpoint')                  # overwritten: torch's weights-only refusal
+    code, so, se = main_in_process('run', *TINY, '--out', out, '--resume', 'true')
+    assert code == 2 and one_line(se), se
+    assert 'checkpoint.pt' in se and 'checkpoint.prev.pt' in se and 'both damaged' in se and f'delete {out}' in se, se
+    assert 'weights_only' not in se and 'arbitrary code' not in se, se
+    assert files(out) == ['checkpoint.prev.pt', 'checkpoint.pt', 'config.json', 'history.csv']   # nothing deleted, lock released

@@ -109,6 +109,9 @@ def recover_checkpoint(path) -> str | None:
 # %% ../nbs/03a_guards.ipynb #5c80f9be
 class DivergenceError(RuntimeError):
     "Training produced a non-finite loss or state: the run stops and its last good checkpoint stays on disk."
+    def __init__(self, msg: str = '', where: dict | None = None):
+        super().__init__(msg); self.where = dict(where or {})     # round, client and the lr in charge, as fields (not in words)
+    def __reduce__(self): return type(self), (str(self), self.where)
 
 def nonfinite(state, name: str = '') -> str | None:
     "Dotted path of the first float tensor in `state` (nested dicts, lists, tuples) holding a NaN or inf; None if all finite."
@@ -128,13 +131,19 @@ def check_finite(rnd: int, cfg: FedConfig, state, client: int | None = None, los
     bad = 'loss' if math.isinf(loss) else nonfinite(state)
     if bad is None: return
     who = f"client {client}: loss {loss:.3g}" if client is not None else "server aggregate"
-    raise DivergenceError(f"training diverged in round {rnd} ({who}, non-finite {bad}): {lr_hint(cfg, training)} or check the data")
+    name, lr = _lr_in_charge(cfg, training)
+    raise DivergenceError(f"training diverged in round {rnd} ({who}, non-finite {bad}): {lr_hint(cfg, training)} or check the data",
+                          {'round': int(rnd), 'client': None if client is None else int(client), name: lr})
+
+def _lr_in_charge(cfg: FedConfig, training: bool = True) -> tuple:
+    "('local_lr', its value) when the method sets its own local lr and the rounds diverged, else ('lr', --lr)."
+    ll = cfg.hp.get('local_lr') if training and isinstance(cfg.hp, dict) else None
+    return ('local_lr', float(ll)) if isinstance(ll, (int, float)) else ('lr', float(cfg.lr))
 
 def lr_hint(cfg: FedConfig, training: bool = True) -> str:
     "Which lr to lower after a divergence: the method's own `local_lr` when it sets one and the rounds diverged, else --lr."
-    ll = cfg.hp.get('local_lr') if training and isinstance(cfg.hp, dict) else None
-    return (f"lower the method's local_lr (now {ll:g}, e.g. --hp local_lr={ll / 2:g})" if isinstance(ll, (int, float))
-            else f"lower --lr (now {cfg.lr:g})")
+    name, lr = _lr_in_charge(cfg, training)
+    return f"lower the method's local_lr (now {lr:g}, e.g. --hp local_lr={lr / 2:g})" if name == 'local_lr' else f"lower --lr (now {lr:g})"
 
 # %% ../nbs/03a_guards.ipynb #70faf36f
 def auto_device(device: str | None) -> str:

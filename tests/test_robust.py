@@ -46,6 +46,8 @@ def test_sweep_records_a_diverged_cell_as_failed_and_does_not_rerun_it(tmp_path,
     ok, bad = (next(r for c, r in res.items() if tag in c) for tag in ('lr0.1_', 'lr1e+12_'))
     assert ok['status'] == 'ok' and bad['status'] == 'failed', res
     assert 'DivergenceError: training diverged in round 1' in bad['error'] and 'lower --lr (now 1e+12)' in bad['error'], bad
+    assert (bad['diverged_round'], float(bad['diverged_lr'])) == ('1', 1e12) and f"(client {bad['diverged_client']}: " in bad['error'], bad
+    assert not ok.get('diverged_round') and 'diverged_round' not in next(csv.DictReader(open(out / 'summary.csv'))), ok   # fields of the failed run only
     err = next(out.glob('*/error.txt')); t = err.stat().st_mtime_ns
     code, so, se = main_in_process('sweep', f, '--out', out, '--progress', 'false', '--plots', 'false')
     assert code == 0 and '0 to run now' in se and '1 failed cell(s) not run again' in se, se

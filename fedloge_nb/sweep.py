@@ -114,6 +114,7 @@ def cell_row(cell: Cell, out, report: dict = REPORT_DEFAULTS) -> dict:
     row = {'cell': cell.name, 'group': cell.group, 'setting': cell.setting, 'method': cfg.method, 'variant': cell.variant,
            'seed': cfg.seed, 'status': 'pending', 'dataset': cfg.dataset, 'imb_factor': cfg.imb_factor, 'alpha': cfg.alpha,
            'clients': cfg.clients, 'frac': cfg.frac, 'rounds': cfg.rounds, 'local_epochs': cfg.local_epochs, 'model': cfg.model,
+           'lr': cfg.lr, 'momentum': cfg.momentum, 'weight_decay': cfg.weight_decay,            # the run's optimiser
            'hp': json.dumps(cfg.hp, sort_keys=True), **{f'hp.{k}': v for k, v in cfg.hp.items()}}
     st = cell_state(cell, out)
     if st == 'done':

@@ -84,12 +84,16 @@ def ours_table(rows, labels: dict, metrics: dict, settings: dict | None = None, 
 RUN_SETTINGS = ('lr',)    # the run settings an ablation's table reads back from its cells and shows where rows differ
 
 def with_run_config(rows: list, cells_dir, keys: tuple = RUN_SETTINGS) -> list:
-    "`rows` (of a results.csv) with the run settings `keys` read from each cell's config.json in `cells_dir` (None where a cell has none)."
+    "`rows` (of a results.csv) with the run settings `keys`: a row's own column, else read from its cell's config.json in `cells_dir` (None where a cell has none)."
     def cfg(cell):
         p = Path(cells_dir)/str(cell)/'config.json'
         return json.loads(p.read_text()).get('config', {}) if cell and p.exists() else {}
-    cfgs = [cfg(r.get('cell')) for r in rows]                 # one read per cell, whatever the number of keys
-    return [dict(r, **{k: c.get(k) for k in keys}) for r, c in zip(rows, cfgs)]
+    lacks = lambda v: v is None or v == '' or (isinstance(v, float) and np.isnan(v))   # a results.csv written before the column
+    def fill(r):
+        gone = [k for k in keys if lacks(r.get(k))]
+        c = cfg(r.get('cell')) if gone else {}                # one read per cell that needs it, whatever the number of keys
+        return dict(r, **{k: c.get(k) for k in gone})
+    return [fill(r) for r in rows]
 
 # %% ../nbs/15c_ablations.ipynb #a6c20fb0
 def best_label(rows, method: str, by: str) -> str | None:

@@ -101,7 +101,8 @@ def aggregate(rows) -> list:
     metrics = list(dict.fromkeys(k for r in rows if r.get('status') == 'ok' for k in r if is_metric(k)))
     def group(d: pd.DataFrame) -> dict:
         ok, st = d[d['status'] == 'ok'], d['status']
-        return {**{k: v for k, v in rows[d.index[0]].items() if k not in ('cell', 'seed', 'status', 'error', 'pm_clients') and not is_metric(k)},
+        return {**{k: v for k, v in rows[d.index[0]].items() if k not in ('cell', 'seed', 'status', 'error', 'pm_clients')
+                   and not k.startswith('diverged_') and not is_metric(k)},                # a run's own, not its group's
                 'n_seeds': len(ok), 'n_failed': int((st == 'failed').sum()), 'n_pending': int(st.isin(['pending', 'stale']).sum()),
                 'seeds': ' '.join(str(rows[i]['seed']) for i in ok.index),
                 **{k: v for m in metrics for k, v in zip((m, f'{m}_std'), _mean_std_of(ok, m))}}

@@ -10,7 +10,7 @@ from fastcore.script import call_parse, anno_parser, bool_arg
 from .registry import get_method
 from .guards import DivergenceError, check_folder, check_out, run_lock, clear_run, check_history, recover_checkpoint
 from .engine import run_fl, check_run
-from .commands import (COMMANDS, COMMAND_MODULES, register_command, load_commands, parse_list, hp_for,
+from .commands import (COMMANDS, register_command, load_commands, parse_list,
                                  config_flags, command_config, check_names, hp_help,
                                  backend_names, get_backend)   # --backend: a runtime registers itself (chapter 07)
 from .hparams import parse_hp

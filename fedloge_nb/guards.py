@@ -4,7 +4,7 @@
 
 # %% ../nbs/03a_guards.ipynb #1898eec0
 from __future__ import annotations
-import contextlib, csv, errno, io, json, math, os
+import contextlib, csv, errno, io, json, math, os, pickle, zipfile
 from pathlib import Path
 import numpy as np
 import torch
@@ -70,31 +70,48 @@ def previous_checkpoint(path) -> Path:
     p = Path(path); return p.with_name(f'{p.stem}.prev{p.suffix}')
 
 # %% ../nbs/03a_guards.ipynb #b4e09a74
+def _damage(path: Path, e: Exception) -> str:
+    "What is wrong with checkpoint `path` that `torch.load` failed on (`e`), in a few words."
+    n = path.stat().st_size
+    if n == 0: return 'an empty file'
+    if not zipfile.is_zipfile(path): return f'truncated or overwritten: {n} bytes that are not a torch archive'
+    if isinstance(e, pickle.UnpicklingError): return 'it holds objects other than tensors and plain data'
+    return f'a damaged torch archive ({type(e).__name__})'
+
+def _read_checkpoint(path: Path) -> tuple:
+    "(checkpoint, None) when `path` reads with weights_only; else (None, what is wrong: 'missing' or `_damage`'s words)."
+    if not path.exists(): return None, 'missing'
+    try: return torch.load(path, map_location='cpu', weights_only=True), None
+    except Exception as e: return None, _damage(path, e)
+
 def load_checkpoint(path) -> dict:
     "Load a checkpoint written by `save_checkpoint` (weights_only), with a clear error when missing or corrupted."
-    path = Path(path)
-    if not path.exists(): raise FileNotFoundError(f"no checkpoint at {path}: run without --resume to start fresh")
-    try: return torch.load(path, map_location='cpu', weights_only=True)
-    except Exception as e:
-        raise ValueError(f"checkpoint {path} is corrupted or not a fedloge_nb checkpoint ({type(e).__name__}: {e}); "
-                         f"delete it and run without --resume") from None
+    path = Path(path); ck, why = _read_checkpoint(path)
+    if why == 'missing': raise FileNotFoundError(f"no checkpoint at {path}: run without --resume to start fresh")
+    if why: raise ValueError(f"checkpoint {path} is corrupted ({why}): delete it and run without --resume")
+    return ck
 
 # %% ../nbs/03a_guards.ipynb #c7a230bc
 def recover_checkpoint(path) -> str | None:
     "Before a resume: when checkpoint `path` is missing or unreadable and the previous one reads, put the previous one in its place; the line saying so (None: nothing done)."
     path = Path(path); prev = previous_checkpoint(path)
     if not prev.exists(): return None
-    try: load_checkpoint(path); return None
-    except FileNotFoundError: why = 'is missing'
-    except ValueError as e: why = f"is unreadable ({str(e).split('(', 1)[-1].split(')')[0]})"
-    try: ck = load_checkpoint(prev)
-    except (ValueError, FileNotFoundError): return None                # both bad: the resume stops with load_checkpoint's error
+    ck, why = _read_checkpoint(path)
+    if why is None: return None
+    ck, why_prev = _read_checkpoint(prev)
+    if why_prev:
+        raise ValueError(f"checkpoints {path.name} ({why}) and {prev.name} ({why_prev}) in {path.parent} are both damaged: "
+                         f"nothing to resume from; delete {path.parent} and run without --resume to start again")
     with disk_guard(path): atomic_write(path, prev.read_bytes())
+    why = 'is missing' if why == 'missing' else f'is unreadable ({why})'
     return f"checkpoint {path} {why}: continuing from the previous checkpoint {prev.name} (round {ck.get('round', '?')})"
 
 # %% ../nbs/03a_guards.ipynb #5c80f9be
 class DivergenceError(RuntimeError):
     "Training produced a non-finite loss or state: the run stops and its last good checkpoint stays on disk."
+    def __init__(self, msg: str = '', where: dict | None = None):
+        super().__init__(msg); self.where = dict(where or {})     # round, client and the lr in charge, as fields (not in words)
+    def __reduce__(self): return type(self), (str(self), self.where)
 
 def nonfinite(state, name: str = '') -> str | None:
     "Dotted path of the first float tensor in `state` (nested dicts, lists, tuples) holding a NaN or inf; None if all finite."
@@ -114,13 +131,19 @@ def check_finite(rnd: int, cfg: FedConfig, state, client: int | None = None, los
     bad = 'loss' if math.isinf(loss) else nonfinite(state)
     if bad is None: return
     who = f"client {client}: loss {loss:.3g}" if client is not None else "server aggregate"
-    raise DivergenceError(f"training diverged in round {rnd} ({who}, non-finite {bad}): {lr_hint(cfg, training)} or check the data")
+    name, lr = _lr_in_charge(cfg, training)
+    raise DivergenceError(f"training diverged in round {rnd} ({who}, non-finite {bad}): {lr_hint(cfg, training)} or check the data",
+                          {'round': int(rnd), 'client': None if client is None else int(client), name: lr})
+
+def _lr_in_charge(cfg: FedConfig, training: bool = True) -> tuple:
+    "('local_lr', its value) when the method sets its own local lr and the rounds diverged, else ('lr', --lr)."
+    ll = cfg.hp.get('local_lr') if training and isinstance(cfg.hp, dict) else None
+    return ('local_lr', float(ll)) if isinstance(ll, (int, float)) else ('lr', float(cfg.lr))
 
 def lr_hint(cfg: FedConfig, training: bool = True) -> str:
     "Which lr to lower after a divergence: the method's own `local_lr` when it sets one and the rounds diverged, else --lr."
-    ll = cfg.hp.get('local_lr') if training and isinstance(cfg.hp, dict) else None
-    return (f"lower the method's local_lr (now {ll:g}, e.g. --hp local_lr={ll / 2:g})" if isinstance(ll, (int, float))
-            else f"lower --lr (now {cfg.lr:g})")
+    name, lr = _lr_in_charge(cfg, training)
+    return f"lower the method's local_lr (now {lr:g}, e.g. --hp local_lr={lr / 2:g})" if name == 'local_lr' else f"lower --lr (now {lr:g})"
 
 # %% ../nbs/03a_guards.ipynb #70faf36f
 def auto_device(device: str | None) -> str:

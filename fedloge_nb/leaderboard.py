@@ -103,18 +103,19 @@ def write_stage2(stage1_path, rows, setting: str, out_path, seeds=(0, 1, 2, 3, 4
 # %% ../nbs/15e_leaderboard.ipynb #69b4318c
 LR_SCREEN = (0.05, 0.02, 0.01)        # the divergence rule's local learning rates, in the order a diverging method moves down them
 
-def _diverged_lr(error) -> float | None:
-    "The --lr of a run whose error line is the engine's `DivergenceError` ('... lower --lr (now 0.01) ...'); None for any other error."
+def _diverged_lr(row: dict) -> float | None:
+    "The --lr at which failed run `row` diverged: its `diverged_lr` field (chapter 15), else, in records made before it, read off its error line; None for any other failure."
     import re
-    m = re.search(r'DivergenceError.*lower --lr \(now ([0-9.eE+-]+)\)', str(error or ''))
+    if num(row.get('diverged_round')) is not None: return num(row.get('diverged_lr'))   # None: the method's own local_lr diverged
+    m = re.search(r'DivergenceError.*lower --lr \(now ([0-9.eE+-]+)\)', str(row.get('error') or ''))
     return float(m.group(1)) if m else None
 
 def diverged_methods(rows, setting: str | None = None, last_lr: float = LR_SCREEN[-1]) -> list:
     "The methods with a run that diverged at the screen's last lr (`last_lr` or lower): out of the table by the divergence rule."
     df = runs_frame(rows)
     if setting is not None: df = df[df['setting'] == setting]
-    if 'error' not in df or not len(df): return []
-    lrs = [_diverged_lr(e) if s == 'failed' else None for s, e in zip(df['status'], df['error'])]
+    if not len(df) or not {'error', 'diverged_round'} & set(df.columns): return []
+    lrs = [_diverged_lr(r) if r['status'] == 'failed' else None for r in df.to_dict('records')]
     return sorted({m for m, lr in zip(df['method'], lrs) if lr is not None and lr <= last_lr + 1e-12})
 
 # %% ../nbs/15e_leaderboard.ipynb #0df4e036

@@ -15,7 +15,7 @@ from .datasets import atomic_write
 from .engine import run_fl, last_k_means
 from .guards import save_json, save_csv, load_checkpoint, check_device, recover_checkpoint, previous_checkpoint
 from .hparams import hp_key, revision, current_names   # older results: renamed hyperparameters, revisions (chapter 03c)
-from .guards import take_lock, release_lock
+from .guards import take_lock, release_lock, DivergenceError
 from .commands import register_command, hp_for
 from .aggregate import (is_metric, runs_frame, save_fig, rounds_to_reach, aggregate, summary_markdown, plot_bars,
                                   plot_sensitivity, plot_curves, label_histories, read_rows, read_history, selected_markdown)
@@ -23,9 +23,9 @@ from .sweep_file import REPORT_DEFAULTS, SweepSpec, parse_spec, load_spec, Cell,
 
 
 # %% auto #0
-__all__ = ['COMPARE_METRICS', 'SHOT_WORDS', 'COLUMN_WORDS', 'same_config', 'stale_hp', 'cell_state', 'run_cell', 'cell_row',
-           'load_histories', 'write_plots', 'write_reports', 'claim_cell', 'run_cells', 'run_parallel', 'run_grid',
-           'sweep', 'setting_line', 'compare_spec', 'column_words']
+__all__ = ['COMPARE_METRICS', 'SHOT_WORDS', 'COLUMN_WORDS', 'same_config', 'stale_hp', 'cell_state', 'run_cell', 'failure_record',
+           'cell_row', 'load_histories', 'write_plots', 'write_reports', 'claim_cell', 'run_cells', 'run_parallel',
+           'run_grid', 'sweep', 'setting_line', 'compare_spec', 'column_words']
 
 # %% ../nbs/15_sweep.ipynb #be231b49
 def _read_json(path):
@@ -73,7 +73,11 @@ def run_cell(cell: Cell, out, fed=None, progress: bool = False, keep_checkpoints
     c = _read_json(d/'config.json')
     if d.exists() and (c is None or not same_config(c.get('config'), key)): shutil.rmtree(d)   # another config, or a folder without config
     resume, ckp = False, d/'checkpoint.pt'
-    if note := recover_checkpoint(ckp): print(f"fedloge_nb sweep: {cell.name}: {note}", file=sys.stderr)   # a damaged latest: the previous one
+    try: note = recover_checkpoint(ckp)                                       # a damaged latest: the previous one
+    except ValueError:                                                         # both damaged: nothing to resume from
+        note = f"{ckp.name} and {previous_checkpoint(ckp).name} are both damaged: starting the cell again"
+        for f in (ckp, previous_checkpoint(ckp)): f.unlink(missing_ok=True)
+    if note: print(f"fedloge_nb sweep: {cell.name}: {note}", file=sys.stderr)
     if ckp.exists():
         try:
             ck = load_checkpoint(d/'checkpoint.pt')
@@ -86,8 +90,9 @@ def run_cell(cell: Cell, out, fed=None, progress: bool = False, keep_checkpoints
             from fedloge_nb.data import make_fed_data
             fed = make_fed_data(**cell.cfg.data_args())
         run_fl(cell.cfg, fed, out=d, resume=resume, progress=progress)
-    except Exception:
-        atomic_write(d/'error.txt', f"cell {cell.name}\nconfig {json.dumps(key)}\n\n{traceback.format_exc()}")
+    except Exception as e:
+        fail = {'type': type(e).__name__, **(e.where if isinstance(e, DivergenceError) else {})}   # round, client, lr: fields, not words
+        atomic_write(d/'error.txt', f"cell {cell.name}\nconfig {json.dumps(key)}\nfailure {json.dumps(fail)}\n\n{traceback.format_exc()}")
         return 'failed'
     if not keep_checkpoints:
         for f in (ckp, previous_checkpoint(ckp)): f.unlink(missing_ok=True)
@@ -96,12 +101,20 @@ def run_cell(cell: Cell, out, fed=None, progress: bool = False, keep_checkpoints
 # %% ../nbs/15_sweep.ipynb #332492eb
 def _thr(t) -> str: return value_label(float(t)).replace('.', 'p')
 
+def failure_record(path) -> dict:
+    "The `failure` line of a failed cell's `error.txt` as a dict ({'type': ..., and for a divergence 'round', 'client', 'lr'}); {} in records made before it."
+    try: lines = Path(path).read_text().splitlines()[:4]
+    except OSError: return {}
+    rec = next((_read_cfg(l[8:]) for l in lines if l.startswith('failure ')), None)
+    return rec if isinstance(rec, dict) else {}
+
 def cell_row(cell: Cell, out, report: dict = REPORT_DEFAULTS) -> dict:
     "One row of results.csv: the cell's setting, its status, and its summary's scalars (plus rounds_to_* columns)."
     cfg, d = cell.cfg, Path(out)/cell.name
     row = {'cell': cell.name, 'group': cell.group, 'setting': cell.setting, 'method': cfg.method, 'variant': cell.variant,
            'seed': cfg.seed, 'status': 'pending', 'dataset': cfg.dataset, 'imb_factor': cfg.imb_factor, 'alpha': cfg.alpha,
            'clients': cfg.clients, 'frac': cfg.frac, 'rounds': cfg.rounds, 'local_epochs': cfg.local_epochs, 'model': cfg.model,
+           'lr': cfg.lr, 'momentum': cfg.momentum, 'weight_decay': cfg.weight_decay,            # the run's optimiser
            'hp': json.dumps(cfg.hp, sort_keys=True), **{f'hp.{k}': v for k, v in cfg.hp.items()}}
     st = cell_state(cell, out)
     if st == 'done':
@@ -118,6 +131,8 @@ def cell_row(cell: Cell, out, report: dict = REPORT_DEFAULTS) -> dict:
     elif st == 'failed':
         lines = [l for l in (d/'error.txt').read_text().strip().splitlines() if l.strip()]
         row['status'], row['error'] = 'failed', (lines[-1][:300] if lines else 'unknown error')
+        if (f := failure_record(d/'error.txt')).get('type') == 'DivergenceError':
+            row.update({f'diverged_{k}': v for k, v in f.items() if k != 'type'})
     return row
 
 # %% ../nbs/15_sweep.ipynb #3779f1a1

@@ -176,6 +176,22 @@ def test_hparams_imports_nothing_of_the_package():
     if not p.exists(): pytest.skip('fedloge_nb/hparams.py not exported yet')
     assert not package_imports(ast.parse(p.read_text()), package_sources())
 
+def unused_imports(tree) -> list:
+    "(line, name) of every name a module imports from the package and never reads (a dead import)."
+    read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    return [(node.lineno, a.asname or a.name) for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and (node.level == 1 or (node.module or '').startswith(PKG))
+            for a in node.names if a.name != '*' and (a.asname or a.name) not in read]
+
+def test_commands_and_flower_import_only_what_they_use():
+    """The command line and the Flower modules import no package name they do not use (in lower modules the exporting cell
+    also imports what the chapter's tests use, and a method module imports others for their registrations)."""
+    srcs = package_sources()
+    dead = [f"{m}.py:{line}: {name}" for m in sorted(LAYERS['commands'] | LAYERS['flower']) if m in srcs
+            for line, name in unused_imports(ast.parse(srcs[m]))]
+    assert not dead, f"{len(dead)} import(s) never used:\n" + '\n'.join(dead)
+    assert unused_imports(ast.parse("from .low import base, helper\nfrom fedloge_nb.mid import x as y\nbase(y)\n")) == [(1, 'helper')]
+
 def _cells(nb: Path):
     "(index, code) of a notebook's code cells, IPython magics and shell lines blanked."
     for i, c in enumerate(json.loads(nb.read_text())['cells']):

@@ -46,6 +46,8 @@ def test_sweep_records_a_diverged_cell_as_failed_and_does_not_rerun_it(tmp_path,
     ok, bad = (next(r for c, r in res.items() if tag in c) for tag in ('lr0.1_', 'lr1e+12_'))
     assert ok['status'] == 'ok' and bad['status'] == 'failed', res
     assert 'DivergenceError: training diverged in round 1' in bad['error'] and 'lower --lr (now 1e+12)' in bad['error'], bad
+    assert (bad['diverged_round'], float(bad['diverged_lr'])) == ('1', 1e12) and f"(client {bad['diverged_client']}: " in bad['error'], bad
+    assert not ok.get('diverged_round') and 'diverged_round' not in next(csv.DictReader(open(out / 'summary.csv'))), ok   # fields of the failed run only
     err = next(out.glob('*/error.txt')); t = err.stat().st_mtime_ns
     code, so, se = main_in_process('sweep', f, '--out', out, '--progress', 'false', '--plots', 'false')
     assert code == 0 and '0 to run now' in se and '1 failed cell(s) not run again' in se, se
@@ -176,3 +178,15 @@ def test_resume_continues_from_the_previous_checkpoint_when_the_latest_is_trunca
     got, want = (json.loads((d / 'summary.json').read_text()) for d in (out, ref))
     assert (got['gm_acc'], got['client_acc']) == (want['gm_acc'], want['client_acc'])
     assert [r['round'] for r in csv.DictReader(open(out / 'history.csv'))] == ['1', '2', '3']
+
+def test_resume_with_both_checkpoints_damaged_stops_with_one_line(tmp_path, main_in_process):
+    "Both checkpoints damaged: one line names both files and what to do, and never relays torch's advice to unpickle the file."
+    out = tmp_path / 'r'; assert main_in_process('run', *TINY, '--out', out)[0] == 0
+    (out / 'summary.json').unlink()                                           # as if killed after the last checkpoint
+    b = (out / 'checkpoint.prev.pt').read_bytes(); (out / 'checkpoint.prev.pt').write_bytes(b[:len(b) // 3])   # truncated
+    (out / 'checkpoint.pt').write_bytes(b'not a checkpoint')                  # overwritten: torch's weights-only refusal
+    code, so, se = main_in_process('run', *TINY, '--out', out, '--resume', 'true')
+    assert code == 2 and one_line(se), se
+    assert 'checkpoint.pt' in se and 'checkpoint.prev.pt' in se and 'both damaged' in se and f'delete {out}' in se, se
+    assert 'weights_only' not in se and 'arbitrary code' not in se, se
+    assert files(out) == ['checkpoint.prev.pt', 'checkpoint.pt', 'config.json', 'history.csv']   # nothing deleted, lock released

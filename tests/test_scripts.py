@@ -94,3 +94,23 @@ def test_ft_probe_scan(tmp_path):
     rows = list(csv.DictReader((tmp_path / 's.csv').open()))
     assert [round(float(x['change']), 1) for x in rows] == [-30.0, 5.0, -30.0], rows
     assert '3 client finetunes in 1 cells' in r.stdout, r.stdout
+
+def test_yoyo_prior_order(tmp_path):
+    """scripts/yoyo_prior_order.py on one round of tiny FedYoYo: the authors' order trains round 1 on the prior that our order's
+    server holds only after it (the same measurements, folded in by the same rule); other methods refused."""
+    import json
+    cfg = dict(method='fedyoyo', dataset='digits', imb_factor=10, alpha=0.5, clients=4, model='mlp', rounds=2, frac=0.5,
+               batch_size=16, seed=0, hp={'warmup': 0})
+    (tmp_path / 'config.json').write_text(json.dumps({'config': cfg}))
+    env = {**os.environ, 'PYTHONPATH': str(ROOT), 'OMP_NUM_THREADS': '1'}
+    run = lambda c, *a: subprocess.run([sys.executable, str(ROOT / 'scripts' / 'yoyo_prior_order.py'), *a, str(tmp_path / c), str(tmp_path / 'o.json')],
+                                       capture_output=True, text=True, env=env, timeout=300)
+    r = run('config.json', '--rounds', '1')
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    o = json.loads((tmp_path / 'o.json').read_text())
+    assert o['rounds'] == 1 and o['same_round_prior_round1'] == o['next_round']['yoyo_prior'] == o['same_round']['yoyo_prior'], o
+    assert max(o['same_round_prior_round1']) > 1.5 * min(o['same_round_prior_round1']), o           # not the uniform prior
+    assert o['same_round']['gm_acc'] != o['next_round']['gm_acc'], o                                  # round 1 trained otherwise
+    (tmp_path / 'c2.json').write_text(json.dumps({'config': {**cfg, 'method': 'fedavg'}})); (tmp_path / 'o.json').unlink()
+    r = run('c2.json')
+    assert r.returncode != 0 and 'give a fedyoyo config.json' in r.stderr and not (tmp_path / 'o.json').exists(), r.stderr

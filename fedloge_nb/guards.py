@@ -4,7 +4,7 @@
 
 # %% ../nbs/03a_guards.ipynb #1898eec0
 from __future__ import annotations
-import contextlib, csv, errno, io, json, math, os, pickle, zipfile
+import contextlib, csv, errno, io, json, math, os, pickle, shutil, zipfile
 from pathlib import Path
 import numpy as np
 import torch
@@ -223,8 +223,9 @@ def check_out(out, cfg: FedConfig, resume: bool = False, overwrite: bool = False
 RUN_FILES = ('config.json', 'history.csv', 'rounds.csv', 'checkpoint.pt', 'checkpoint.prev.pt', 'summary.json')
 
 def clear_run(out):
-    "Delete the files a run writes into `out` (`RUN_FILES`), for an explicit overwrite; other files stay."
+    "Delete the files a run writes into `out` (`RUN_FILES`, and the client states under `clients/`), for an explicit overwrite; other files stay."
     for f in RUN_FILES: (Path(out)/f).unlink(missing_ok=True)
+    shutil.rmtree(Path(out)/'clients', ignore_errors=True)
 
 # %% ../nbs/03a_guards.ipynb #6958535f
 def take_lock(p) -> Path | None:

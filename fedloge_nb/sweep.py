@@ -83,7 +83,7 @@ def run_cell(cell: Cell, out, fed=None, progress: bool = False, keep_checkpoints
             ck = load_checkpoint(d/'checkpoint.pt')
             resume = ck.get('config') == json.dumps(key, sort_keys=True) and ck.get('hp', hp_key(make_algorithm(cell.cfg))) == hp_key(make_algorithm(cell.cfg))
         except ValueError: resume = False
-        if not resume: ckp.unlink(); previous_checkpoint(ckp).unlink(missing_ok=True)
+        if not resume: ckp.unlink(); previous_checkpoint(ckp).unlink(missing_ok=True); shutil.rmtree(d/'clients', ignore_errors=True)
     if (d/'error.txt').exists(): (d/'error.txt').unlink()
     try:
         if fed is None:
@@ -96,6 +96,7 @@ def run_cell(cell: Cell, out, fed=None, progress: bool = False, keep_checkpoints
         return 'failed'
     if not keep_checkpoints:
         for f in (ckp, previous_checkpoint(ckp)): f.unlink(missing_ok=True)
+        shutil.rmtree(d/'clients', ignore_errors=True)                         # the client states the checkpoints named (chapter 03f)
     return 'ok'
 
 # %% ../nbs/15_sweep.ipynb #332492eb

@@ -89,3 +89,15 @@ def test_more_memory_changes_no_number(uninterrupted):
 
 def test_bad_state_cache_is_refused():
     with pytest.raises(ValueError, match='state_cache=0: keep at least 1'): FedConfig(**{**CFG, 'state_cache': 0}).validate()
+
+
+def test_a_finished_sweep_cell_keeps_no_client_states(tmp_path):
+    "A sweep cell's client states go with its checkpoints when it finishes (unless --keep_checkpoints): nothing of them is committed."
+    from fedloge_nb.sweep import run_cell
+    from fedloge_nb.sweep_file import Cell
+    cfg = FedConfig(**{**CFG, 'rounds': 2})
+    for keep in (False, True):
+        cell = Cell(name=f'fedloge_keep{keep}', group='g', setting='s', variant='v', cfg=cfg)
+        assert run_cell(cell, tmp_path, keep_checkpoints=keep) == 'ok'
+        d = tmp_path / cell.name
+        assert (d / 'summary.json').exists() and (d / 'clients').exists() == keep and (d / 'checkpoint.pt').exists() == keep

@@ -3,8 +3,11 @@
 notebooks link to (`../results/...png`) copied into `_site/` at the same relative place, so every relative link that
 works in JupyterLab and on GitHub also works in the site. Links between chapters (`06_fedloge.ipynb#Anchor`) point
 at the pages (`06_fedloge.html#Anchor`). nbconvert renders the stored outputs (nothing is executed); Quarto (which
-`nbdev_docs` needs) is not required. The equations render offline: the pages load MathJax 2 from `_site/mathjax/`, a copy
-of the files that the PyPI package `jupyter-server-mathjax` (a dev requirement) bundles, not from a CDN.
+`nbdev_docs` needs) is not required. The site makes no request outside itself, so it reads offline: the pages are
+nbconvert's `lab` pages less what that template fetches from a CDN (require.js, mermaid, the widget renderer; the
+template `scripts/nbconvert/fedloge_site/`), and they load MathJax 2 from `_site/mathjax/`, a copy of the files that the
+PyPI package `jupyter-server-mathjax` (a dev requirement) bundles. Widget outputs are shown as their stored text or HTML
+(the saved widget state is dropped: rendering it would take the widget library from a CDN).
 Usage: python scripts/build_docs.py [--out _site] [--quiet]"""
 import argparse, html, re, shutil, time
 from pathlib import Path
@@ -14,6 +17,11 @@ ROOT = Path(__file__).resolve().parents[1]
 NBS = ROOT / 'nbs'
 DIRECTIVE = re.compile(r'^\s*#\|\s*([\w-]+)')
 ATTR = re.compile(r'(\b(?:href|src)=")([^"]*)(")')
+# what a page would fetch from the web: a script, style sheet, image, frame or media file from another host, an import()
+FETCH = re.compile(r'<(?:script|link|img|iframe|source|video|audio|embed)\b[^>]*?\b(?:src|href)\s*=\s*["\']?(?:https?:)?//[^"\'\s>]*'
+                   r'|\bimport\(\s*["\'](?:https?:)?//[^"\']*|@import\s+(?:url\()?["\']?(?:https?:)?//[^"\')\s]*', re.I)
+TEMPLATES = Path(__file__).resolve().parent / 'nbconvert'   # the site's nbconvert template: fedloge_site/ (lab without the CDN)
+TEMPLATE = 'fedloge_site'
 MARK = '.built-by-build_docs'                 # marks a folder this script may replace
 
 def chapters(nbs: Path = NBS) -> list:
@@ -29,7 +37,8 @@ def title_desc(nb: dict, fallback: str) -> tuple:
     return title, desc
 
 def for_reader(nb: dict) -> dict:
-    "The notebook as the site shows it (like nbdev's docs): `#| hide` and `#| default_exp` cells dropped, `#|` directive lines removed."
+    """The notebook as the site shows it (like nbdev's docs): `#| hide` and `#| default_exp` cells dropped, `#|` directive
+    lines removed, the saved widget state dropped (nbconvert then shows each widget output's stored text or HTML)."""
     cells = []
     for c in nb['cells']:
         src = ''.join(c['source'])
@@ -39,7 +48,8 @@ def for_reader(nb: dict) -> dict:
             if 'hide' in flags or 'default_exp' in flags: continue
             c = {**c, 'source': '\n'.join(l for l in lines if not DIRECTIVE.match(l)).strip('\n')}
         cells.append(c)
-    return {**nb, 'cells': cells}
+    meta = {k: v for k, v in nb.get('metadata', {}).items() if k != 'widgets'}
+    return {**nb, 'metadata': meta, 'cells': cells}
 
 def inline_md(s: str) -> str:
     "A one-line description as HTML: escaped, `code` spans kept."
@@ -63,11 +73,9 @@ def rewrite_links(page: str, stems: set, out: Path, copied: set) -> str:
 
 MATHJAX_DIR = 'mathjax'                        # the site's copy of MathJax, beside index.html
 # MathJax 2's own combined configuration in jupyter-server-mathjax (TeX input, HTML-CSS output) plus its `Safe` extension;
-# the package ships the STIX-Web web fonts only (not MathJax's default TeX fonts), so the output uses those, as Jupyter does.
-# No automatic line breaks: they split short inline formulas in table cells.
+# the package ships the STIX-Web web fonts only (not MathJax's default TeX fonts), so the output uses those, as Jupyter
+# does (the template's MathJax block configures them)
 MATHJAX_URL = f'../{MATHJAX_DIR}/MathJax.js?config=TeX-AMS-MML_HTMLorMML-full,Safe'
-MATHJAX_CONFIG = ('<script type="text/x-mathjax-config">MathJax.Hub.Config({"HTML-CSS": '
-                  '{availableFonts: [], preferredFont: null, webFont: "STIX-Web", imageFont: null}});</script>')
 
 def mathjax_files() -> Path:
     "The MathJax 2 files (`MathJax.js`, `config/`, `jax/`, `fonts/`, ...) that the PyPI package `jupyter-server-mathjax` installs."
@@ -78,11 +86,22 @@ def mathjax_files() -> Path:
     if not (src / 'MathJax.js').is_file(): raise SystemExit(f"no MathJax.js in {src}: reinstall jupyter-server-mathjax")
     return src
 
-def local_mathjax(page: str) -> str:
-    "Point the page's MathJax at the site's copy (`../mathjax/`) and give it the fonts that copy has."
-    tag = f'<script src="{MATHJAX_URL}">'
-    if page.count(tag) != 1: raise SystemExit(f"the nbconvert template no longer loads MathJax as {tag}: check build_docs.py")
-    return page.replace(tag, MATHJAX_CONFIG + '\n' + tag)
+def exporter():
+    "nbconvert's HTML exporter with the site's template (`lab` less the CDN) and the site's MathJax."
+    from nbconvert import HTMLExporter
+    # the lab template passes every cell's input and HTML output through `clean_html` (bleach's sanitiser), which took 40%
+    # of the build; these pages are this repository's own notebooks, shown as JupyterLab shows a trusted notebook
+    return HTMLExporter(template_name=TEMPLATE, extra_template_basedirs=[str(TEMPLATES)], mathjax_url=MATHJAX_URL,
+                        filters={'clean_html': lambda text: text})
+
+def render(exp, nb: dict, title: str) -> str:
+    "Notebook `nb` as a page of the site (before its links are rewritten): refused if it would fetch anything from the web."
+    import nbformat
+    page, _ = exp.from_notebook_node(nbformat.from_dict(for_reader(nb)), resources={'metadata': {'name': f'{title} - fedloge_nb'}})
+    if page.count(f'<script src="{MATHJAX_URL}">') != 1: raise SystemExit(f"{title}: the page does not load the site's MathJax: check build_docs.py")
+    if (m := FETCH.search(page)): raise SystemExit(f"{title}: the page would fetch {m.group(0)[:200]!r} from the web, which fails offline: "
+                                                   "keep a copy in the site, or show it another way")
+    return page
 
 NAV_CSS = ("<style>.site-nav{font:14px/1.4 system-ui,sans-serif;padding:8px 16px;border-bottom:1px solid #ddd;"
            "background:#f7f7f7}.site-nav a{margin-right:1.2em}</style>")
@@ -118,7 +137,6 @@ the notebooks in JupyterLab (<code>.venv/bin/jupyter lab nbs/</code>) to run the
 def build(out: Path = ROOT / '_site', quiet: bool = False) -> list:
     "Write the site into `out` (replaced as a whole); returns the (notebook stem, title, description) rows of the index."
     import nbformat
-    from nbconvert import HTMLExporter
     out = Path(out).resolve()
     if out.is_dir() and any(out.iterdir()) and not (out / MARK).exists():       # never replace a folder this script did not write
         raise SystemExit(f"refusing to replace {out}: it is not a site built by scripts/build_docs.py; give a new folder, e.g. _site")
@@ -132,14 +150,10 @@ def build(out: Path = ROOT / '_site', quiet: bool = False) -> list:
         info.append((p.stem, 'Overview' if p.stem == 'index' else title, desc, nb))   # index.ipynb: the README's notebook
     stems, copied = {s for s, *_ in info}, set()
     shutil.copytree(mathjax_files(), tmp / MATHJAX_DIR)
-    # the lab template passes every cell's input and HTML output through `clean_html` (bleach's sanitiser), which took 40%
-    # of the build; these pages are this repository's own notebooks, shown as JupyterLab shows a trusted notebook
-    exporter = HTMLExporter(template_name='lab', mathjax_url=MATHJAX_URL, filters={'clean_html': lambda text: text})
+    exp = exporter()
     for i, (stem, title, desc, nb) in enumerate(info):
         t0 = time.time()
-        node = nbformat.from_dict(for_reader(nb))
-        page, _ = exporter.from_notebook_node(node, resources={'metadata': {'name': f'{title} - fedloge_nb'}})
-        page = rewrite_links(local_mathjax(page), stems, tmp, copied)
+        page = rewrite_links(render(exp, nb, title), stems, tmp, copied)
         bar = nav(info[i - 1][:2] if i else None, info[i + 1][:2] if i + 1 < len(info) else None)
         page = re.sub(r'(<body[^>]*>)', lambda m: m.group(1) + bar, page, count=1)
         (tmp / 'nbs' / f'{stem}.html').write_text(page)

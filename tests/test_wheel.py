@@ -5,11 +5,12 @@ ClientApps, TLS) that is killed after round 1 (every process, SIGKILL) and resum
 Ray simulation (`run --backend flower`) equal to the local engine is tested from the source tree (tests/test_flower.py);
 it runs the same packaged ClientApp code as the deployment, so it is not repeated here.
 
-Installing torch and Flower into a new environment downloads gigabytes (9 minutes on this machine), more than `make
-test` can spend. So the environment is made fresh once per constraints.txt and Python version, with nothing but
-`pip install WHEEL -c constraints.txt` (in `~/.cache/fedloge_nb/`, or `$FEDLOGE_NB_WHEEL_VENV`), and each later run
-replaces only fedloge_nb in it with the wheel it has just built, then checks with `pip check` that the wheel's
-declared requirements hold there. `FEDLOGE_NB_WHEEL_FRESH=1` builds a new environment every time (minutes)."""
+The environment is made fresh once per constraints.txt and Python version, with nothing but `python -m venv` and
+`uv pip install WHEEL -c constraints.txt` (in `~/.cache/fedloge_nb/`, or `$FEDLOGE_NB_WHEEL_VENV`): uv resolves the wheel's
+requirements itself and links torch's and Flower's 6 GB from its cache, filled when `make setup` installed the same
+versions into .venv (seconds; pip had unpacked them a second time, minutes). Each later run replaces only fedloge_nb
+in it with the wheel it has just built, then checks with `pip check` that the wheel's declared requirements hold there.
+`FEDLOGE_NB_WHEEL_FRESH=1` builds a new environment every time."""
 import hashlib, json, os, re, shutil, signal, subprocess, sys, zipfile
 from pathlib import Path
 import pytest
@@ -38,17 +39,19 @@ def prepare(tmp: Path):
     wheel = next((tmp / 'dist').glob('fedloge_nb-*.whl'))
     names = zipfile.ZipFile(wheel).namelist()
     assert {'fedloge_nb/flower_deploy.py', 'fedloge_nb/flower_client.py', 'fedloge_nb/papers/gmv_table1.csv'} <= set(names), names
-    env = {k: v for k, v in os.environ.items() if k not in ('PYTHONPATH', 'VIRTUAL_ENV')}
+    # uv installs without compiling to bytecode (compiling all of torch and Flower would take 40 s of the set-up), so the
+    # environment's modules are compiled when first imported and the bytecode kept: PYTHONDONTWRITEBYTECODE is left out
+    env = {k: v for k, v in os.environ.items() if k not in ('PYTHONPATH', 'VIRTUAL_ENV', 'PYTHONDONTWRITEBYTECODE')}
     env.update(OMP_NUM_THREADS='1', PIP_DISABLE_PIP_VERSION_CHECK='1')
     venv = tmp / 'venv' if os.environ.get('FEDLOGE_NB_WHEEL_FRESH') else _venv_dir()
-    py = venv / 'bin' / 'python'
-    if not (venv / '.complete').exists():                            # a new environment: the wheel and its requirements, resolved by pip
+    py, uv = venv / 'bin' / 'python', [sys.executable, '-m', 'uv', 'pip', 'install', '-q', '--python', venv / 'bin' / 'python']
+    if not (venv / '.complete').exists():                            # a new environment: the wheel and its requirements, resolved by uv
         shutil.rmtree(venv, ignore_errors=True); venv.parent.mkdir(parents=True, exist_ok=True)
         _run([sys.executable, '-m', 'venv', venv], tmp, env)
-        _run([py, '-m', 'pip', 'install', '-q', wheel, '-c', ROOT / 'constraints.txt'], tmp, env, 3600)
+        _run([*uv, wheel, '-c', ROOT / 'constraints.txt'], tmp, env, 3600)
         (venv / '.complete').write_text(str(wheel.name))
     else:                                                            # the same environment: this wheel in place of the last one
-        _run([py, '-m', 'pip', 'install', '-q', '--force-reinstall', '--no-deps', wheel], tmp, env)
+        _run([*uv, '--no-deps', '--reinstall-package', 'fedloge_nb', wheel], tmp, env)
     _run([py, '-m', 'pip', 'check'], tmp, env)                       # every declared requirement of the wheel holds
     where = _run([py, '-c', 'import fedloge_nb, sys; print(fedloge_nb.__file__); print(sys.path)'], tmp, env)
     assert str(venv) in where.splitlines()[0] and str(ROOT) not in where, where   # the installed copy, no source tree on the path

@@ -4,7 +4,7 @@
 
 # %% ../nbs/03f_client_store.ipynb #ddfc2e3b
 from __future__ import annotations
-import copy, itertools, shutil, tempfile, weakref
+import copy, itertools, operator, shutil, tempfile, weakref
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
@@ -41,7 +41,8 @@ class ClientStore(Sequence):
     def __repr__(self): return f"ClientStore({self.n} clients, {len(self._mem)} in memory (cache {self.cache}), {len(self.index)} on file)"
 
     def __getitem__(self, k):
-        "Client k's state: from memory, else its newest file, else `init(k)` (not written: it can be made again)."
+        "Client k's state: from memory, else its newest file, else `init(k)` (not written: it can be made again); a slice gives a list."
+        if isinstance(k, slice): return [self[i] for i in range(*k.indices(self.n))]
         k = self._key(k)
         if k in self._mem: self._mem.move_to_end(k); return self._mem[k]
         if k in self.index:
@@ -63,7 +64,9 @@ class ClientStore(Sequence):
 @patch
 def _key(self: ClientStore, k) -> int:
     "`k` as a client id in 0..n-1 (negative ids count from the end), or an IndexError naming the range."
-    if not isinstance(k, int) or isinstance(k, bool): raise TypeError(f"client ids are ints, got {k!r}")
+    if isinstance(k, bool): raise TypeError(f"client ids are ints, got {k!r}")
+    try: k = operator.index(k)                                       # int, numpy and torch integers
+    except TypeError: raise TypeError(f"client ids are ints, got {k!r}") from None
     if not -self.n <= k < self.n: raise IndexError(f"client {k} out of range: the store has {self.n} clients (0..{self.n - 1})")
     return k % self.n
 

@@ -128,17 +128,13 @@ def start_run(algo: Algorithm, fed, cfg: FedConfig, root=None) -> tuple[list, Cl
     seed_everything(derive_seed(cfg.seed, 'build'))
     algo.build(fed, cfg)
     clients = client_datasets(fed, algo.device, cfg.drop_last)
-    init_net = {n: v.detach().clone() for n, v in algo.net.state_dict().items()}
+    built = copy.deepcopy(algo)                      # the method as built: every initial client state is made from it
     devices = [algo.device] if algo.device.type == 'cuda' else []
     def init(k):
-        "Client k's state before round 1: `init_client_state` on the initial model and seeded per client, whenever it is asked (the caller's model and random state untouched)."
-        now = {n: v.detach().clone() for n, v in algo.net.state_dict().items()}
-        algo.net.load_state_dict(init_net)
-        try:
-            with torch.random.fork_rng(devices=devices):
-                torch.manual_seed(derive_seed(cfg.seed, 'client_init', k))
-                return algo.init_client_state(k, clients[k])
-        finally: algo.net.load_state_dict(now)
+        "Client k's state before round 1: `init_client_state` of the method as built, seeded per client, whenever it is asked (the caller's random state untouched)."
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(derive_seed(cfg.seed, 'client_init', k))
+            return built.init_client_state(k, clients[k])
     return clients, ClientStore(len(clients), init, root, cache_size(cfg), algo.device), algo.global_state()
 
 # %% ../nbs/04a_engine.ipynb #6b4bf3dd

@@ -28,8 +28,8 @@ from .sweep_file import REPORT_DEFAULTS, SweepSpec, parse_spec, load_spec, Cell,
 __all__ = ['OVERRIDE_FIXED', 'THROUGHPUT_DEVICES', 'COMPARE_METRICS', 'SHOT_WORDS', 'COLUMN_WORDS', 'same_config', 'stale_hp',
            'cell_state', 'run_cell', 'cell_row', 'load_histories', 'write_plots', 'write_reports', 'claim_cell',
            'run_cells', 'run_parallel', 'parse_overrides', 'with_overrides', 'throughput_dir', 'train_images',
-           'images_per_round', 'input_label', 'read_throughput', 'cell_seconds', 'cost_lines', 'run_grid', 'sweep',
-           'setting_line', 'compare_spec', 'column_words']
+           'images_per_round', 'input_label', 'read_throughput', 'cell_seconds', 'cost_lines', 'device_line',
+           'cost_markdown', 'run_grid', 'sweep', 'setting_line', 'compare_spec', 'column_words']
 
 # %% ../nbs/15_sweep.ipynb #be231b49
 def _read_json(path):
@@ -341,6 +341,32 @@ def cost_lines(cells: list, folder=None) -> list:
             ips = table.get((m, inp, b), {}).get('images_per_s')
             lines.append(f"    {m} {inp} batch {b}: {n} cells, " + (f"{float(ips):,.1f} img/s, {_hours(s)}" if miss < n else 'not measured'))
     return lines
+
+# %% ../nbs/15_sweep.ipynb #6022f73f
+def device_line(dev: str, folder=None) -> str:
+    "Where a device's throughput comes from: the CSV, the device, threads, torch and date of its measurement (or 'not measured')."
+    path = (Path(folder) if folder is not None else throughput_dir())/f'{dev}.csv'
+    table = read_throughput(path)
+    if not table: return f"{dev.upper()}: not measured (no {path.name})"
+    r = next(iter(table.values()))
+    load = f", load average {r['load']} at the start" if r.get('load') not in (None, '') else ''
+    return (f"{dev.upper()}: {r.get('device_name', '?')}, {r.get('threads', '?')} thread(s), torch {r.get('torch', '?')}, "
+            f"measured {r.get('date', '?')}{load} ({path.name})")
+
+def cost_markdown(paths, folder=None) -> str:
+    "A markdown table of sweep files: cells, rounds and training hours per device from the throughput CSVs ('not measured' where a cell's setting has no row)."
+    folder = Path(folder) if folder is not None else throughput_dir()
+    tables = {dev: read_throughput(folder/f'{dev}.csv') for dev in THROUGHPUT_DEVICES}
+    lines = ['| file | cells | rounds | ' + ' | '.join(f'{d.upper()} hours' for d in THROUGHPUT_DEVICES) + ' |',
+             '|---|---:|---:|' + '---:|' * len(THROUGHPUT_DEVICES)]
+    for p in paths:
+        cells = expand(load_spec(p))
+        hours = []
+        for dev in THROUGHPUT_DEVICES:
+            secs = [cell_seconds(c, tables[dev]) for c in cells]
+            hours.append('not measured' if not secs or any(s is None for s in secs) else f"{sum(secs) / 3600:,.0f}")
+        lines.append(f"| `{Path(p).name}` | {len(cells)} | {sum(c.cfg.rounds for c in cells):,} | " + ' | '.join(hours) + ' |')
+    return '\n'.join(lines + ['', *(f"{device_line(d, folder)}." for d in THROUGHPUT_DEVICES)])
 
 # %% ../nbs/15_sweep.ipynb #e5c00003
 def run_grid(spec: SweepSpec, cells: list, out, config_file: str | None = None, dry_run: bool = False, only: str | None = None,

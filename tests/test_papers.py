@@ -6,7 +6,7 @@ python-pickle batches (`cifar-10-batches-py/data_batch_1..5`, `test_batch`, `bat
 (`ImageNet_LT/ImageNet_LT_{train,test}.txt`) and iNaturalist-160k as image folders (`iNaturalist_User_160k/{train,test}/
 <class>/*.png`), both long-tailed. Each file is checked twice: its full grid through `--dry_run` (every cell named,
 checked and costed: the grid's shape is fixed here), and a few of its cells run for real with `fedloge_nb sweep
---override` (one round, one local epoch, few clients; ResNet-50's image size 32) and `--only`: the file's own models,
+--override` (one or two rounds, one local epoch, few clients; ResNet-50's image size 32) and `--only`: the file's own models,
 datasets, loaders, partitions and methods. `FEDLOGE_PAPERS_ALL=1` runs every method of one setting of each file instead
 (minutes: FedETF's personalisation and CCVR's calibration on ResNets are the slow ones).
 """
@@ -20,7 +20,10 @@ from fedloge_nb.sweep_file import load_spec, expand
 PAPERS = Path(__file__).resolve().parents[1] / 'experiments' / 'papers'
 ALL = os.environ.get('FEDLOGE_PAPERS_ALL') == '1'
 
-# file -> (cells in its grid, the cells run here (--only), the same with every method of one setting, --override)
+# file -> (cells in its grid, the cells run here (--only), the same with every method of one setting, --override).
+# ResNet-50 gets two rounds with every client: after one round of a few batches its BatchNorm running statistics are far
+# from the activations of the untrained network, and the heads trained after training on its eval-mode features
+# (FedLoGe's LA-FR finetuning, FedETF's projection) overflowed (DivergenceError); after two rounds they do not.
 FILES = {
     'fedloge_table1': (264, r'^cifar10_if100_a0.5_fedloge_s0$', r'^cifar10_if100_a0.5_.*_s0$',
                        'rounds=1,clients=6,frac=0.2,local_epochs=1'),

@@ -122,8 +122,9 @@ def check_names(method=None, dataset=None, model=None):
     "Raise a ValueError naming the known ones when a method, dataset or model name is unknown (None: not checked)."
     if method is not None: get_method(method)
     if dataset is not None:
-        from fedloge_nb.datasets import DATASETS
-        if dataset not in DATASETS: raise ValueError(f"unknown dataset {dataset!r}; known datasets: {', '.join(DATASETS)}")
+        from fedloge_nb.datasets import DATASETS, dataset_key
+        if str(dataset).split('@')[0] not in DATASETS: raise ValueError(f"unknown dataset {dataset!r}; known datasets: {', '.join(DATASETS)}")
+        dataset_key(dataset)                                   # NAME@SIZE: a size the dataset takes
     if model is not None:
         from fedloge_nb.models import MODELS
         if model not in MODELS: raise ValueError(f"unknown model {model!r}; known models: {', '.join(MODELS)}")

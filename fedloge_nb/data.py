@@ -11,7 +11,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from fastcore.basics import patch
-from .datasets import DATASETS, load_dataset, dataset_key
+from .datasets import load_dataset, dataset_key, dataset_info
 from .partition import (SHOT_RULES, check_alpha, int_arg, check_imb_factor, dirichlet_partition, iid_partition,
                                   local_test_indices, long_tail_counts, long_tail_indices, partition_counts,
                                   per_class_subsample, shard_partition, shot_groups, extended_dirichlet_partition,
@@ -118,6 +118,7 @@ def summary(self: FedData) -> str:
             'shard': f"shard({c['classes_per_client']} classes per client, {c.get('client_sizes', 'balanced')})",
             'exdir': f"extended dirichlet(alpha={c['alpha']}, {c['classes_per_client']} classes per client)"}[c['partition']]
     if c.get('long_tail', 'global') == 'local': part += f", local long tail (IF={c['imb_factor']} within each client)"
+    if c.get('long_tail', 'global') == 'none': part += ", the dataset's own class counts (no long tail drawn)"
     rule = {'fedloge': 'fedloge 75%/95% cumulative', 'count': 'count >100 / 20-100 / <20'}[self.shot_rule]
     med = lambda t: int(t.float().median().item())
     return '\n'.join([
@@ -213,7 +214,9 @@ def _check_fed_args(dataset, imb_factor, alpha, clients, partition, seed, shot_r
     check_imb_factor(imb_factor)
     if partition not in PARTITIONS: raise ValueError(f"unknown partition {partition!r}; use one of {PARTITIONS}")
     if partition in ('dirichlet', 'exdir'): check_alpha(alpha)
-    if long_tail not in LONG_TAILS: raise ValueError(f"long_tail must be one of {LONG_TAILS} (global: FedLoGe's, local: each client its own), got {long_tail!r}")
+    if long_tail not in LONG_TAILS: raise ValueError(f"long_tail must be one of {LONG_TAILS} (global: FedLoGe's, local: each client its own, none: the dataset's own counts), got {long_tail!r}")
+    if long_tail == 'none' and float(imb_factor) != 1:
+        raise ValueError(f"long_tail='none' keeps the dataset's own class counts, so imb_factor={imb_factor} would not be applied: set --imb_factor 1")
     if client_sizes not in CLIENT_SIZES: raise ValueError(f"client_sizes must be one of {CLIENT_SIZES}, got {client_sizes!r}")
     if client_sizes == 'unbalanced' and partition != 'shard':
         raise ValueError(f"client_sizes='unbalanced' applies to partition='shard' (the {partition!r} split sets the sizes itself); use --partition shard")
@@ -295,6 +298,7 @@ def make_fed_data(dataset='fmnist', imb_factor=100, alpha=0.5, clients=20, parti
     xva, yva, xtr, ytr = _split_global_val(xtr, ytr, yte, val_frac, seed, C)
     xsv, ysv, xtr, ytr = _split_server(xtr, ytr, server_per_class, seed, C)      # the server's labelled set (none by default)
     if long_tail == 'global': xtr, ytr, class_counts = _long_tail_split(xtr, ytr, imb_factor, seed, C)
+    if long_tail == 'none': class_counts = torch.bincount(ytr, minlength=C)            # long-tailed as given (ImageNet-LT, iNaturalist)
     parts, min_size = _split_clients(ytr, K, partition, alpha, min_size, classes_per_client, seed, C, client_sizes)
     if long_tail == 'local': xtr, ytr, parts, class_counts = _local_long_tail(xtr, ytr, parts, imb_factor, seed, C)
     vidx = None
@@ -311,7 +315,7 @@ def make_fed_data(dataset='fmnist', imb_factor=100, alpha=0.5, clients=20, parti
     return FedData(name=key, x_train=xtr, y_train=ytr, x_test=xte, y_test=yte, train_idx=parts, test_idx=tidx,
                    client_counts=cc, class_counts=class_counts, shots=shot_groups(class_counts, shot_rule),
                    shot_rule=shot_rule, num_classes=C, in_channels=xtr.shape[1], img_size=xtr.shape[-1],
-                   augment=DATASETS[key].augment, config=config, classes=train.classes, x_val=xva, y_val=yva, val_idx=vidx,
+                   augment=dataset_info(key).augment, config=config, classes=train.classes, x_val=xva, y_val=yva, val_idx=vidx,
                    x_server=xsv, y_server=ysv)
 
 # %% ../nbs/02b_data.ipynb #15a4385b

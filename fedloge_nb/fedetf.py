@@ -46,7 +46,8 @@ def _feature_batches(backbone, data, H, batch_size: int, seed: int, epochs: int)
     "Seeded (features, labels) batches: over cached features H, or through the frozen backbone when H is None."
     if H is not None: yield from data.batches(batch_size, seed, epochs, x=H); return
     for xb, yb in data.batches(batch_size, seed, epochs):
-        with torch.no_grad(): yield backbone(xb), yb
+        with torch.no_grad(): h = backbone(xb)
+        yield h, yb                                   # outside no_grad: the caller's step builds its graph
 
 # %% ../nbs/09_fedetf.ipynb #774d3997
 @register('fedetf')

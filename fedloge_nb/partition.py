@@ -229,7 +229,7 @@ def unbalanced_shard_partition(y, clients, classes_per_client=2, seed=0, num_cla
     return [_sorted_long(np.concatenate(q)) for q in parts]
 
 # %% ../nbs/02_partition.ipynb #7aae4b5b
-LONG_TAILS = ('global', 'local')
+LONG_TAILS = ('global', 'local', 'none')
 
 def local_long_tail(parts, y, imb_factor, seed=0, num_classes=None) -> list[torch.LongTensor]:
     "Each client's indices cut to a long tail over its own random class order (imbalance `imb_factor` between its first and last class)."

@@ -4,28 +4,32 @@
 
 # %% ../nbs/15_sweep.ipynb #f6ce678e
 from __future__ import annotations
-import dataclasses, io, json, math, os, re, shutil, sys, traceback
+import csv, dataclasses, io, json, math, os, re, shutil, sys, tomllib, traceback
 from pathlib import Path
 import numpy as np
 import pandas as pd
 from fastcore.script import call_parse, bool_arg, store_true
 from .federated import FedConfig
 from .registry import make_algorithm
-from .datasets import atomic_write
+import fedloge_nb
+from .datasets import atomic_write, dataset_info
+from .partition import long_tail_counts
 from .engine import run_fl, last_k_means
 from .guards import save_json, save_csv, load_checkpoint, check_device, recover_checkpoint, previous_checkpoint
 from .hparams import hp_key, revision, current_names   # older results: renamed hyperparameters, revisions (chapter 03c)
 from .guards import take_lock, release_lock, DivergenceError
-from .commands import register_command, hp_for
+from .commands import register_command, hp_for, check_names
 from .aggregate import (is_metric, runs_frame, save_fig, rounds_to_reach, aggregate, summary_markdown, plot_bars,
                                   plot_sensitivity, plot_curves, label_histories, read_rows, read_history, selected_markdown)
 from .sweep_file import REPORT_DEFAULTS, SweepSpec, parse_spec, load_spec, Cell, expand, value_label, safe_name
 
 
 # %% auto #0
-__all__ = ['COMPARE_METRICS', 'SHOT_WORDS', 'COLUMN_WORDS', 'same_config', 'stale_hp', 'cell_state', 'run_cell', 'failure_record',
-           'cell_row', 'load_histories', 'write_plots', 'write_reports', 'claim_cell', 'run_cells', 'run_parallel',
-           'run_grid', 'sweep', 'setting_line', 'compare_spec', 'column_words']
+__all__ = ['OVERRIDE_FIXED', 'THROUGHPUT_DEVICES', 'COMPARE_METRICS', 'SHOT_WORDS', 'COLUMN_WORDS', 'same_config', 'stale_hp',
+           'cell_state', 'run_cell', 'failure_record', 'cell_row', 'load_histories', 'write_plots', 'write_reports',
+           'claim_cell', 'run_cells', 'run_parallel', 'parse_overrides', 'with_overrides', 'throughput_dir',
+           'train_images', 'images_per_round', 'input_label', 'read_throughput', 'cell_seconds', 'cost_lines',
+           'device_line', 'cost_markdown', 'run_grid', 'sweep', 'setting_line', 'compare_spec', 'column_words']
 
 # %% ../nbs/15_sweep.ipynb #be231b49
 def _read_json(path):
@@ -233,17 +237,17 @@ def run_cells(spec: SweepSpec, cells: list, todo: list, out, skip=('done', 'fail
     return failed, busy
 
 # %% ../nbs/15_sweep.ipynb #f3b27d68
-def _grid_worker(spec: dict, names: list, out, skip, device: str, keep_checkpoints: bool) -> list:
-    "One worker process of `run_parallel`: the grid rebuilt from the spec's fields (this module's classes), cells `names` run with one torch thread; the failed ones."
+def _grid_worker(spec: dict, names: list, out, skip, device: str, keep_checkpoints: bool, overrides: dict | None = None) -> list:
+    "One worker process of `run_parallel`: the grid rebuilt from the spec's fields (this module's classes) and `--override`, cells `names` run with one torch thread; the failed ones."
     from fedloge_nb import sweep as S
     from fedloge_nb.sweep_file import SweepSpec, expand
-    spec = SweepSpec(**spec); cells = expand(spec)
+    spec = SweepSpec(**spec); cells = S.with_overrides(spec, expand(spec), overrides)
     for c in cells: c.cfg.device = device
     return S.run_cells(spec, cells, [c for c in cells if c.name in set(names)], out, skip, keep_checkpoints, threads=1)[0]
 
 # %% ../nbs/15_sweep.ipynb #b7f08c92
 def run_parallel(spec: SweepSpec, cells: list, todo: list, out, skip=('done', 'failed'), workers: int = 2,
-                 keep_checkpoints: bool = False, progress: bool = True) -> tuple[list, list]:
+                 keep_checkpoints: bool = False, progress: bool = True, overrides: dict | None = None) -> tuple[list, list]:
     "`run_cells` in `workers` new processes side by side, one torch thread each, sharing `todo` through the cells' locks: (failed, busy)."
     import concurrent.futures as cf, multiprocessing as mp
     from tqdm.auto import tqdm
@@ -251,7 +255,7 @@ def run_parallel(spec: SweepSpec, cells: list, todo: list, out, skip=('done', 'f
     n, out = max(1, min(int(workers), len(todo))), Path(out)
     finished = lambda: sum(cell_state(c, out) in ('done', 'failed') for c in todo)
     bar, n0 = tqdm(total=len(todo), desc=f'{spec.name} ({n} workers)', disable=not progress, unit='cell'), finished()
-    args = (dataclasses.asdict(spec), [c.name for c in todo], str(out), tuple(skip), todo[0].cfg.device if todo else 'cpu', keep_checkpoints)
+    args = (dataclasses.asdict(spec), [c.name for c in todo], str(out), tuple(skip), todo[0].cfg.device if todo else 'cpu', keep_checkpoints, overrides)
     one = {v: '1' for v in ('OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS', 'MKL_NUM_THREADS')}   # the workers' BLAS too: one thread
     old = {v: os.environ.get(v) for v in one}; os.environ.update(one)
     try:
@@ -266,15 +270,131 @@ def run_parallel(spec: SweepSpec, cells: list, todo: list, out, skip=('done', 'f
     bar.n = finished() - n0; bar.close()
     return failed, [c.name for c in todo if c.name not in failed and cell_state(c, out) not in ('done', 'failed')]
 
+# %% ../nbs/15_sweep.ipynb #b9cf4d79
+OVERRIDE_FIXED = ('method', 'seed', 'hp', 'device')
+
+def parse_overrides(s: str | None) -> dict:
+    "`--override 'rounds=1,clients=4'` as {field: value}: values read as TOML (numbers, booleans, quoted strings), a bare word as a string."
+    out = {}
+    for part in (s or '').split(','):
+        if not part.strip(): continue
+        k, eq, v = (x.strip() for x in part.partition('='))
+        if not (eq and k and v): raise ValueError(f"--override {s!r}: expected FIELD=VALUE pairs separated by commas, e.g. --override rounds=1,clients=4")
+        try: out[k] = tomllib.loads(f"v = {v}")['v']
+        except tomllib.TOMLDecodeError: out[k] = v
+    return out
+
+def with_overrides(spec: SweepSpec, cells: list, overrides: dict | None) -> list:
+    "The cells with `overrides` set in every config (after [base], grid and [[when]]), names unchanged: a reduced run of a sweep file."
+    if not overrides: return cells
+    fields = [f.name for f in dataclasses.fields(FedConfig) if f.name not in OVERRIDE_FIXED]
+    if bad := [k for k in overrides if k not in fields]:
+        raise ValueError(f"--override {bad[0]}: not a config field an override may set (method, seed and hp are the cell); known: {', '.join(fields)}")
+    if swept := [k for k in overrides if k in spec.grid]:
+        raise ValueError(f"--override {swept[0]}: the grid sweeps it, and --override sets only what the file fixes; choose cells with --only")
+    check_names(None, overrides.get('dataset'), overrides.get('model'))
+    return [dataclasses.replace(c, cfg=dataclasses.replace(c.cfg, **overrides).validate()) for c in cells]
+
+# %% ../nbs/15_sweep.ipynb #5e75d3a9
+THROUGHPUT_DEVICES = ('cpu', 'gpu')
+
+def throughput_dir() -> Path:
+    "Folder of the throughput CSVs: the repository's results/throughput (beside the package), else ./results/throughput."
+    repo = Path(fedloge_nb.__file__).resolve().parents[1]/'results'/'throughput'
+    return repo if repo.is_dir() else Path('results')/'throughput'
+
+def train_images(cfg: FedConfig) -> int | None:
+    "Training images of a run's split, from the registry's `n_train` and the long tail's formula (None: unknown), before any file is read."
+    info = dataset_info(cfg.dataset)
+    if info.n_train is None or info.num_classes is None: return None
+    C, cap = info.num_classes, int(cfg.max_per_class or info.n_train)
+    if cfg.long_tail == 'none': n = min(info.n_train, C * cap)           # long-tailed as given: the cap's bound
+    else: n = sum(long_tail_counts(min(info.n_train // C, cap), C, cfg.imb_factor))
+    return int(max(0, n - int(cfg.server_per_class) * C) * (1 - float(cfg.val_frac)))
+
+def images_per_round(cfg: FedConfig) -> float | None:
+    "Training images of one round: the split's images x the share of clients sampled x the local epochs (None: unknown)."
+    n = train_images(cfg)
+    return None if n is None else n * max(1, int(cfg.frac * cfg.clients)) / cfg.clients * cfg.local_epochs
+
+def input_label(cfg: FedConfig) -> str | None:
+    "The model input of a run's images, 'CxHxW' (the key of the throughput CSVs; None when the dataset's size is known only after loading)."
+    info = dataset_info(cfg.dataset)
+    return None if info.img_size is None else f"{info.in_channels}x{info.img_size}x{info.img_size}"
+
+def read_throughput(path) -> dict:
+    "{(model, input, batch): row} of a throughput CSV ({} when there is none)."
+    if not Path(path).exists(): return {}
+    with open(path) as f: return {(r['model'], r['input'], int(r['batch'])): r for r in csv.DictReader(f)}
+
+# %% ../nbs/15_sweep.ipynb #55bffe3b
+def cell_seconds(cell: Cell, table: dict) -> float | None:
+    "Training seconds of a cell from a throughput table: rounds x images per round / measured images per second (None: not measured)."
+    row, n = table.get((cell.cfg.model, input_label(cell.cfg), int(cell.cfg.batch_size))), images_per_round(cell.cfg)
+    if row is None or n is None: return None
+    return cell.cfg.rounds * n / float(row['images_per_s'])
+
+def _hours(s: float) -> str: return f"{s / 3600:,.1f} h" if s >= 360 else f"{s / 60:,.1f} min"
+
+def cost_lines(cells: list, folder=None) -> list:
+    "The cost of `cells` per device from `folder`'s throughput CSVs (training only): a line per device, then per model, input and batch."
+    folder = Path(folder) if folder is not None else throughput_dir()
+    lines = [f"cost of {len(cells)} cells to run, {sum(c.cfg.rounds for c in cells):,} rounds, training only (images per round / measured images per second):"]
+    for dev in THROUGHPUT_DEVICES:
+        path = folder/f'{dev}.csv'; table = read_throughput(path)
+        if not table: lines.append(f"  {dev.upper()}: not measured (no {path}; scripts/bench_throughput.py --device {'cuda' if dev == 'gpu' else 'cpu'} writes it)"); continue
+        r0 = next(iter(table.values())); groups = {}
+        for c in cells:
+            k = (c.cfg.model, input_label(c.cfg) or '?', int(c.cfg.batch_size)); g = groups.setdefault(k, [0, 0.0, 0])
+            s = cell_seconds(c, table); g[0] += 1
+            if s is None: g[2] += 1
+            else: g[1] += s
+        total, missing = sum(g[1] for g in groups.values()), sum(g[2] for g in groups.values())
+        lines.append(f"  {dev.upper()}: {'at least ' if missing else ''}{_hours(total)} ({path}: {r0.get('device_name', '?')}, "
+                     f"{r0.get('threads', '?')} thread(s), torch {r0.get('torch', '?')}, measured {r0.get('date', '?')})"
+                     + (f"; {missing} cell(s) not measured" if missing else ''))
+        for (m, inp, b), (n, s, miss) in groups.items():
+            ips = table.get((m, inp, b), {}).get('images_per_s')
+            lines.append(f"    {m} {inp} batch {b}: {n} cells, " + (f"{float(ips):,.1f} img/s, {_hours(s)}" if miss < n else 'not measured'))
+    return lines
+
+# %% ../nbs/15_sweep.ipynb #6022f73f
+def device_line(dev: str, folder=None) -> str:
+    "Where a device's throughput comes from: the CSV, the device, threads, torch and date of its measurement (or 'not measured')."
+    path = (Path(folder) if folder is not None else throughput_dir())/f'{dev}.csv'
+    table = read_throughput(path)
+    if not table: return f"{dev.upper()}: not measured (no {path.name})"
+    r = next(iter(table.values()))
+    load = f", load average {r['load']} at the start" if r.get('load') not in (None, '') else ''
+    return (f"{dev.upper()}: {r.get('device_name', '?')}, {r.get('threads', '?')} thread(s), torch {r.get('torch', '?')}, "
+            f"measured {r.get('date', '?')}{load} ({path.name})")
+
+def cost_markdown(paths, folder=None) -> str:
+    "A markdown table of sweep files: cells, rounds and training hours per device from the throughput CSVs ('not measured' where a cell's setting has no row)."
+    folder = Path(folder) if folder is not None else throughput_dir()
+    tables = {dev: read_throughput(folder/f'{dev}.csv') for dev in THROUGHPUT_DEVICES}
+    lines = ['| file | cells | rounds | ' + ' | '.join(f'{d.upper()} hours' for d in THROUGHPUT_DEVICES) + ' |',
+             '|---|---:|---:|' + '---:|' * len(THROUGHPUT_DEVICES)]
+    for p in paths:
+        cells = expand(load_spec(p))
+        hours = []
+        for dev in THROUGHPUT_DEVICES:
+            secs = [cell_seconds(c, tables[dev]) for c in cells]
+            hours.append('not measured' if not secs or any(s is None for s in secs) else f"{sum(secs) / 3600:,.0f}")
+        lines.append(f"| `{Path(p).name}` | {len(cells)} | {sum(c.cfg.rounds for c in cells):,} | " + ' | '.join(hours) + ' |')
+    return '\n'.join(lines + ['', *(f"{device_line(d, folder)}." for d in THROUGHPUT_DEVICES)])
+
 # %% ../nbs/15_sweep.ipynb #e5c00003
 def run_grid(spec: SweepSpec, cells: list, out, config_file: str | None = None, dry_run: bool = False, only: str | None = None,
              max_cells: int | None = None, device: str = 'auto', progress: bool = True, run_progress: bool = False,
-             keep_checkpoints: bool = False, plots: bool = True, retry_failed: bool = False, workers: int = 1) -> list:
+             keep_checkpoints: bool = False, plots: bool = True, retry_failed: bool = False, workers: int = 1,
+             overrides: dict | None = None, throughput=None) -> list:
     "Run every cell of `cells` that is not done yet (each under its lock, failures recorded; `workers` > 1: side by side), then write the aggregate: the runner of `sweep` and `compare`."
     from tqdm.auto import tqdm
     out = Path(out)
     check_device(device)
     if int(workers) < 1: raise ValueError(f"--workers {workers}: need at least 1")
+    cells = with_overrides(spec, cells, overrides)
     for c in cells: c.cfg.device = device
     states = {c.name: cell_state(c, out) for c in cells}
     skip, todo = _todo(cells, states, only, max_cells, retry_failed)
@@ -283,13 +403,13 @@ def run_grid(spec: SweepSpec, cells: list, out, config_file: str | None = None, 
     if dry_run:
         run_now = {c.name for c in todo}
         print('\n'.join(f"{states[c.name]:7s} {'*' if c.name in run_now else ' '} {c.name}" for c in cells))
-        print(plan); return []
+        print(plan); print('\n'.join(cost_lines(todo, throughput))); return []
     out.mkdir(parents=True, exist_ok=True)
     save_json(out/'sweep.json', {'spec': dataclasses.asdict(spec), 'config_file': None if config_file is None else str(config_file),
-                                 'command': ' '.join(sys.argv)})
+                                 'command': ' '.join(sys.argv), **({'override': overrides} if overrides else {})})
     print(plan + (f"; {min(int(workers), len(todo))} workers side by side, one torch thread each" if int(workers) > 1 and len(todo) > 1 else ''), file=sys.stderr)
     if n_failed and not retry_failed: print(f"{n_failed} failed cell(s) not run again (same config; --retry_failed true runs them)", file=sys.stderr)
-    if int(workers) > 1 and len(todo) > 1: failed, busy = run_parallel(spec, cells, todo, out, skip, workers, keep_checkpoints, progress)
+    if int(workers) > 1 and len(todo) > 1: failed, busy = run_parallel(spec, cells, todo, out, skip, workers, keep_checkpoints, progress, overrides)
     else:
         bar = tqdm(total=len(todo), desc=spec.name, disable=not progress, unit='cell')
         failed, busy = run_cells(spec, cells, todo, out, skip, keep_checkpoints, run_progress, bar); bar.close()
@@ -313,12 +433,17 @@ def sweep(config: str,                       # sweep file (.toml), see experimen
           plots: bool_arg = True,            # write the PNGs
           retry_failed: bool_arg = False,    # run again the cells that failed with this same config
           workers: int = 1,                  # cells run side by side in this many processes (one torch thread each)
+          override: str = None,              # FIELD=VALUE,... set in every cell (a reduced run of the file; needs its own --out)
+          throughput: str = None,            # folder of the throughput CSVs the dry run's cost reads (default: results/throughput)
          ) -> list:
     "Run every cell of a TOML grid that is not done yet, recording failures, then write the mean ± std aggregate."
-    spec = load_spec(config)
+    spec, overrides = load_spec(config), parse_overrides(override)
+    if overrides and out is None and not dry_run:
+        raise ValueError(f"--override {override} changes the cells' configs: give the run an --out of its own (the file's folder keeps the file's results)")
     summary = run_grid(spec, expand(spec), out or spec.out or f'results/sweeps/{spec.name}', config_file=config, dry_run=dry_run,
                        only=only, max_cells=max_cells, device=device, progress=progress, run_progress=run_progress,
-                       keep_checkpoints=keep_checkpoints, plots=plots, retry_failed=retry_failed, workers=workers)
+                       keep_checkpoints=keep_checkpoints, plots=plots, retry_failed=retry_failed, workers=workers,
+                       overrides=overrides, throughput=throughput)
     if not dry_run: print(summary_markdown(summary, spec.report['metrics'], title=spec.name))
     return summary
 

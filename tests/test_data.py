@@ -197,8 +197,8 @@ def test_default_root_independent_of_cwd(tmp_path, monkeypatch):
 
 def test_unknown_dataset_lists_known():
     with pytest.raises(ValueError) as e:
-        DS.load_dataset('imagenet-lt')
-    for name in ('fmnist', 'cifar10', 'cifar100', 'digits', 'synthetic', 'folder'):
+        DS.load_dataset('tiny-imagenet')
+    for name in ('fmnist', 'cifar10', 'cifar100', 'digits', 'synthetic', 'folder', 'imagenetlt', 'inat160k'):
         assert name in str(e.value)
 
 

@@ -31,7 +31,7 @@ AMP_MODES = ('off', 'bf16', 'fp16')   # FedConfig.amp: the precision of local tr
 class FedConfig:
     "Everything that defines a federated run: data protocol, federation, local optimisation, method hyperparameters."
     method: str = 'fedavg'             # federated method (fedavg, fedloge, ...)
-    dataset: str = 'fmnist'            # fmnist, cifar10, cifar100, digits, synthetic
+    dataset: str = 'fmnist'            # fmnist, cifar10, cifar100, digits, synthetic, imagenetlt[@SIZE], inat160k[@SIZE], folder (chapter 02a)
     imb_factor: float = 100.0          # imbalance factor n_max / n_min (>= 1)
     alpha: float = 0.5                 # Dirichlet concentration of the non-IID split
     clients: int = 20                  # number of clients K

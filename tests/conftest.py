@@ -51,7 +51,7 @@ def midway():
 # `--no-loadscope-reorder` (`make test-py` passes it); by default it queues them by their number of tests, which put
 # the two one-test deployment files (169 s and 115 s) last, on one worker, while the other sat idle for 276 s.
 FIRST = ('test_wheel.py', 'test_flower_deploy.py', 'test_docs.py', 'test_baselines_cli.py', 'test_flower.py', 'test_cli.py',
-         'test_sweep.py', 'test_scripts.py', 'test_flower_resilience.py')
+         'test_sweep.py', 'test_papers.py', 'test_scripts.py', 'test_client_store.py', 'test_flower_resilience.py')
 
 def pytest_collection_modifyitems(config, items):
     "The files of `FIRST` first, in that order (a stable sort: the order within a file is kept)."

@@ -96,7 +96,8 @@ class CReFF(FedAvg):
                    feat_lr=HP(0.1, 'lr of the federated features (official code: lr_feature 0.1)', lo=0, open_lo=True),
                    crt_epochs=HP(300, 'epochs of the classifier re-training (Eq. 4) per round (official code: crt_epoch 300)', lo=0),
                    crt_lr=HP(0.01, 'SGD lr of the re-training (official code: lr_net 0.01)', lo=0, open_lo=True),
-                   crt_batch=HP(32, 'batch size of the re-training (official code: the local batch size, 32)', lo=1),
+                   crt_batch=HP(None, 'batch size of the re-training (official code: the local batch size, batch_size_local_training)', type=int, lo=1,
+                                none="the run's batch_size"),
                    real_batch=HP(32, "images per class in one batch of a client's real gradient (Eq. 1; official code: batch_real 32)", lo=1),
                    real_repeats=HP(10, "batches averaged per class in a client's real gradient (official code: 10)", lo=1))
     primary_global = primary_personal = 'creff'
@@ -112,6 +113,7 @@ class CReFF(FedAvg):
         self.feat_labels = torch.arange(C).repeat_interleave(M).to(self.device)               # the labels of S flattened
         self.crt = tuple(t.to(self.device) for t in linear_init(C, d, g))                    # W_re before round 1
         self.rounds_done = 0
+        self.crt_batch = cfg.batch_size if self.hp['crt_batch'] is None else int(self.hp['crt_batch'])   # B of Eq. 4's SGD
 
 # %% ../nbs/08i_creff.ipynb #df2bbec1
 @patch
@@ -141,7 +143,7 @@ def aggregate(self: CReFF, gstate, results):
     self.feats = match_features(self.feats, *self.crt, RW, Rb, held, self.hp['match_steps'], self.hp['feat_lr'], self.match_extra())
     g = torch.Generator().manual_seed(derive_seed(self.seed, 'creff', 'server', self.rounds_done))
     W0, b0 = (t.to(self.device) for t in linear_init(*self.crt[0].shape, g))             # a fresh classifier every round
-    self.crt = calibrate_head(W0, b0, self.feats.flatten(0, 1), self.feat_labels, self.hp['crt_epochs'], self.hp['crt_lr'], self.hp['crt_batch'], g)
+    self.crt = calibrate_head(W0, b0, self.feats.flatten(0, 1), self.feat_labels, self.hp['crt_epochs'], self.hp['crt_lr'], self.crt_batch, g)
     self.rounds_done += 1
     return new
 

@@ -153,12 +153,14 @@ HP_ADDED = {      # method (a plug-in: '+name') -> hyperparameters added after r
     'scaffold': dict(local_lr=None),                          # SCAFFOLD's own local lr (the lr screens)
 }
 def _sse_c_above_1(hp: dict) -> bool: return hp.get('classifier', 'sse_c') == 'sse_c' and float(hp.get('gamma', 1.0)) > 1
+def _crt_batch_default(hp: dict) -> bool: return hp.get('crt_batch') is None
 
 REVISIONS = {     # method -> revision, or (revision, the runs it concerns): raised when a code change alters the method's numbers, so older results turn stale
     'fedetf': 1,                                              # 1: balanced softmax with absent classes at -inf (was: zero counts -> 1)
     'ecl': 1,                                                 # 1: the same change in ECL's balanced softmax
     'fedloge': (1, _sse_c_above_1),                           # 1: SSE-C above norm 1 is the solution at norm 1 scaled (was: an unconverged solve)
     '+sse_c': (1, _sse_c_above_1),                            # 1: the same for the SSE-C plug-in
+    'creff': (1, _crt_batch_default),                         # 1: Eq. 4's batch is the run's local batch size, as in the authors' code (was: 32); CLIP2FL inherits it
 }
 HP_RENAMED = {'ratio_loss': {'alpha': 'ratio_alpha', 'beta': 'ratio_beta'}}   # method -> {old name: new name}
 

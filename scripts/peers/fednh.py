@@ -2,7 +2,7 @@
 
     OMP_NUM_THREADS=1 .venv/bin/python scripts/peers/fednh.py theirs FOLDER COMMIT CONFIG.json OUT.json [--rounds N]
     OMP_NUM_THREADS=1 .venv/bin/python scripts/peers/fednh.py ours CONFIG.json OUT.json [--rounds N]
-    .venv/bin/python scripts/peers/fednh.py table OURS.json THEIRS.json OUT.md
+    .venv/bin/python scripts/peers/fednh.py table FOLDER OUT.md [--cell CELL_DIR_OF_SEED_0]
 
 FOLDER is a checkout of https://github.com/Yutong-Dai/FedNH at COMMIT (checked with git when FOLDER is a git work
 tree; its code is run, never copied into this repository). CONFIG.json is a leaderboard cell's `config.json` (e.g.
@@ -52,6 +52,12 @@ EVAL_ROUNDS = lambda rounds: list(range(10, rounds + 1, 10)) or [rounds]   # eve
 COMMAND = lambda: 'OMP_NUM_THREADS=1 .venv/bin/python ' + ' '.join(sys.argv)
 
 
+def ENV() -> dict:
+    "Where a run ran: the CPU's name, torch, threads."
+    cpu = next((l.split(':', 1)[1].strip() for l in Path('/proc/cpuinfo').read_text().splitlines() if l.startswith('model name')), None) if Path('/proc/cpuinfo').exists() else None
+    return dict(cpu=cpu, torch=torch.__version__, threads=torch.get_num_threads())
+
+
 def cell_config(path, rounds=None) -> FedConfig:
     c = json.loads(Path(path).read_text())['config']
     cfg = FedConfig(**c)
@@ -79,7 +85,7 @@ def run_ours(config, out, rounds=None):
     t0 = time.time(); r = run_fl(cfg, fed, progress=False); dt = time.time() - t0
     rows = [dict(round=int(h['round']), gm_acc=h['gm_acc'], gm_many=h['gm_many'], gm_med=h['gm_med'], gm_few=h['gm_few'], pm_acc=h['pm_acc'])
             for h in r.history if h.get('gm_acc') is not None]
-    res = dict(side='ours', command=COMMAND(), config=cfg.key(), hp=dict(r.algo.hp), rounds=cfg.rounds, rows=rows, summary=summarise(rows),
+    res = dict(side='ours', command=COMMAND(), environment=ENV(), config=cfg.key(), hp=dict(r.algo.hp), rounds=cfg.rounds, rows=rows, summary=summarise(rows),
                final_summary={k: r.summary.get(k) for k in ('gm_acc', 'gm_many', 'gm_med', 'gm_few', 'pm_acc', 'gm_acc_lastk', 'pm_acc_lastk')},
                wall_s=round(dt, 1), pm_definition="every client's personalised model (p_epochs) on its local test set, after training")
     atomic_write(out, json.dumps(res, indent=1, default=str)); print(json.dumps(res['summary'], indent=1))
@@ -201,36 +207,61 @@ def run_theirs(folder, commit, config, out, rounds=None):
         per_class = (g['correct_per_class'].double() / torch.bincount(fed.y_test, minlength=len(g['correct_per_class'])).double()).numpy()
         rows.append(dict(round=r, gm_acc=100 * float(g['acc_by_criteria']['uniform']), **shot_means(per_class, shots),
                          pm_acc=100 * float(server.average_pfl_test_acc_dict[r]['uniform'])))
-    res = dict(side='theirs', command=COMMAND(), repository='https://github.com/Yutong-Dai/FedNH', commit=head or commit, config=cfg.key(), arguments=ns,
+    res = dict(side='theirs', command=COMMAND(), environment=ENV(), repository='https://github.com/Yutong-Dai/FedNH', commit=head or commit, config=cfg.key(), arguments=ns,
                rounds=cfg.rounds, rows=rows, summary=summarise(rows), wall_s=round(dt, 1),
                pm_definition="their code's: the mean over the round's active clients of their model after the round's local training, on its local test set")
     atomic_write(out, json.dumps(res, indent=1, default=str)); print(json.dumps(res['summary'], indent=1))
 
 
-def write_table(ours, theirs, out):
-    "The comparison as markdown: GM final, last-3 means, many/med/few, PM, per side, the commands and the authors' commit."
-    o, t = (json.loads(Path(p).read_text()) for p in (ours, theirs))
-    if o['config'] != t['config']: sys.exit('the two runs have different configs')
+def write_table(folder, out, cell_dir=None):
+    "The comparison as markdown from every ours_*.json / theirs_*.json pair in `folder` (paired by seed): per seed, and the mean difference with its range."
+    runs = {}
+    for p in sorted(Path(folder).glob('*.json')):
+        r = json.loads(p.read_text()); runs.setdefault(r['config']['seed'], {})[r['side']] = r
+    seeds = sorted(k for k, v in runs.items() if {'ours', 'theirs'} <= set(v))
+    if not seeds: sys.exit(f'no pair of ours/theirs runs in {folder}')
+    for k in seeds:
+        a, b = runs[k]['ours']['config'], runs[k]['theirs']['config']
+        if a != b: sys.exit(f'seed {k}: the two runs have different configs')
     f = lambda x: '-' if x is None else f'{x:.2f}'
-    keys = [('gm_acc', 'GM final'), ('gm_acc_last3', 'GM, mean of last 3'), ('gm_many_last3', 'many (last 3)'), ('gm_med_last3', 'med (last 3)'),
-            ('gm_few_last3', 'few (last 3)'), ('pm_acc_last3', 'PM, mean of last 3 (definitions differ, below)')]
-    c = o['config']
-    lines = [f"# FedNH: the authors' code beside ours", '',
-             f"Setting: {c['dataset']} IF {c['imb_factor']}, Dirichlet alpha {c['alpha']}, {c['clients']} clients, frac {c['frac']}, "
-             f"{c['rounds']} rounds x {c['local_epochs']} local epoch, batch {c['batch_size']}, lr {c['lr']}, momentum {c['momentum']}, "
-             f"weight decay {c['weight_decay']}, val_frac {c.get('val_frac', 0)}, seed {c['seed']}, FedNH rho {c['hp'].get('rho')}; "
-             f"the same split, model (the package's CNN), client sampling and optimiser settings on both sides (`scripts/peers/fednh.py`). "
-             f"Evaluations at rounds {', '.join(str(r['round']) for r in o['rows'])}.", '',
-             '| metric | ours | theirs | theirs minus ours |', '|---|---|---|---|']
+    t0 = runs[seeds[0]]['theirs']; c = runs[seeds[0]]['ours']['config']
+    keys = [('gm_acc', 'GM final (round %d)' % c['rounds']), ('gm_acc_last3', 'GM, mean of the last 3 evaluations'), ('gm_many_last3', 'many (last 3)'),
+            ('gm_med_last3', 'med (last 3)'), ('gm_few_last3', 'few (last 3)')]
+    lines = ["# FedNH: the authors' code beside ours", '',
+             f"Setting: the leaderboard's stage 2 at {c['dataset']} IF {c['imb_factor']}, Dirichlet alpha {c['alpha']} (FedNH at the variant stage 1 chose "
+             f"for GM, rho {c['hp'].get('rho')}): {c['clients']} clients, frac {c['frac']}, {c['rounds']} rounds x {c['local_epochs']} local epoch, "
+             f"batch {c['batch_size']}, lr {c['lr']}, momentum {c['momentum']}, weight decay {c['weight_decay']}, val_frac {c.get('val_frac', 0)}; "
+             f"seeds {', '.join(map(str, seeds))}. Both sides get the same split, model (the package's CNN), client sampling and optimiser settings "
+             f"(`scripts/peers/fednh.py`, whose docstring says what was replaced in theirs and why). Evaluations every 10 rounds.", '',
+             f"Mean over the {len(seeds)} seed(s); theirs minus ours paired by seed: mean, its 95% t-interval and the range over the seeds.", '',
+             '| metric | ours | theirs | theirs minus ours [95% CI] | range |', '|---|---|---|---|---|']
+    from scipy import stats
     for k, name in keys:
-        a, b = o['summary'].get(k), t['summary'].get(k)
-        lines.append(f"| {name} | {f(a)} | {f(b)} | {'-' if a is None or b is None else f'{b - a:+.2f}'} |")
-    lines += ['', '| round | GM ours | GM theirs | PM ours (engine, every client) | PM theirs (active clients) |', '|---|---|---|---|---|']
-    for a, b in zip(o['rows'], t['rows']): lines.append(f"| {a['round']} | {f(a['gm_acc'])} | {f(b['gm_acc'])} | {f(a['pm_acc'])} | {f(b['pm_acc'])} |")
-    lines += ['', f"PM, ours: {o['pm_definition']}. PM, theirs: {t['pm_definition']}.", '',
-              f"Authors' code: {t['repository']} at commit `{t['commit']}`.", '',
-              f"Commands (repository root): `{o['command']}` ({o['wall_s']} s) and `{t['command']}` ({t['wall_s']} s); "
-              f"this table: `.venv/bin/python {' '.join(sys.argv)}`."]
+        a = np.array([runs[s]['ours']['summary'][k] for s in seeds]); b = np.array([runs[s]['theirs']['summary'][k] for s in seeds]); dd = b - a
+        h = stats.t.ppf(0.975, len(dd) - 1) * dd.std(ddof=1) / np.sqrt(len(dd)) if len(dd) > 1 else float('nan')
+        lines.append(f"| {name} | {f(a.mean())} | {f(b.mean())} | {dd.mean():+.2f} [{dd.mean() - h:+.2f}, {dd.mean() + h:+.2f}] | {dd.min():+.2f} to {dd.max():+.2f} |")
+    po = np.array([runs[s]['ours']['final_summary']['pm_acc'] for s in seeds]); pt = np.array([runs[s]['theirs']['summary']['pm_acc_last3'] for s in seeds])
+    lines.append(f"| PM, each code's own (not comparable, below) | {f(po.mean())} (final) | {f(pt.mean())} (last 3) | - | - |")
+    lines += ['', '| seed | GM final ours | GM final theirs | GM last 3 ours | GM last 3 theirs | few (last 3) ours | few (last 3) theirs | wall s ours / theirs |',
+              '|---|---|---|---|---|---|---|---|']
+    for s in seeds:
+        o, t = runs[s]['ours'], runs[s]['theirs']
+        lines.append(f"| {s} | {f(o['summary']['gm_acc'])} | {f(t['summary']['gm_acc'])} | {f(o['summary']['gm_acc_last3'])} | {f(t['summary']['gm_acc_last3'])} | "
+                     f"{f(o['summary']['gm_few_last3'])} | {f(t['summary']['gm_few_last3'])} | {o['wall_s']:.0f} / {t['wall_s']:.0f} |")
+    if cell_dir is not None:
+        cs = [json.loads((Path(str(cell_dir).replace('_s0', f'_s{s}'))/'summary.json').read_text()) for s in seeds]
+        lines += ['', f"The leaderboard's own cells of these seeds (`{cell_dir}` and its seeds; made on {', '.join(sorted({x['environment']['cpu'] for x in cs}))}, "
+                  f"torch {', '.join(sorted({x['environment']['torch'] for x in cs}))}; ours here ran on "
+                  f"{', '.join(sorted({runs[s]['ours'].get('environment', {}).get('cpu', '?') for s in seeds}))}): GM final "
+                  f"{', '.join(f(x['gm_acc']) for x in cs)}, last 3 {', '.join(f(x['gm_acc_lastk']) for x in cs)}, against ours here "
+                  f"{', '.join(f(runs[s]['ours']['summary']['gm_acc']) for s in seeds)} and {', '.join(f(runs[s]['ours']['summary']['gm_acc_last3']) for s in seeds)}: "
+                  f"the same code and seed, other machines' float arithmetic."]
+    lines += ['', f"PM, ours: {runs[seeds[0]]['ours']['pm_definition']}. PM, theirs: {t0['pm_definition']}. "
+              "The two measure different models, so no difference is given.", '',
+              f"Authors' code: {t0['repository']} at commit `{t0['commit']}` (checked out outside this repository, never copied into it).", '',
+              'Commands (repository root), each JSON records its own:', '']
+    lines += [f"- `{runs[s][side]['command']}`" for s in seeds for side in ('ours', 'theirs')]
+    lines += [f"- this table: `.venv/bin/python {' '.join(sys.argv)}`"]
     atomic_write(out, '\n'.join(lines) + '\n'); print('\n'.join(lines))
 
 
@@ -240,8 +271,8 @@ if __name__ == '__main__':
     t = sub.add_parser('theirs'); t.add_argument('folder'); t.add_argument('commit'); t.add_argument('config'); t.add_argument('out')
     t.add_argument('--rounds', type=int, default=None)
     o = sub.add_parser('ours'); o.add_argument('config'); o.add_argument('out'); o.add_argument('--rounds', type=int, default=None)
-    w = sub.add_parser('table'); w.add_argument('ours'); w.add_argument('theirs'); w.add_argument('out')
+    w = sub.add_parser('table'); w.add_argument('folder'); w.add_argument('out'); w.add_argument('--cell', default=None)
     a = p.parse_args()
     if a.side == 'theirs': run_theirs(a.folder, a.commit, a.config, a.out, a.rounds)
     elif a.side == 'ours': run_ours(a.config, a.out, a.rounds)
-    else: write_table(a.ours, a.theirs, a.out)
+    else: write_table(a.folder, a.out, a.cell)

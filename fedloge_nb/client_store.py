@@ -4,7 +4,7 @@
 
 # %% ../nbs/03f_client_store.ipynb #ddfc2e3b
 from __future__ import annotations
-import copy, itertools, operator, shutil, tempfile, weakref
+import copy, operator, shutil, tempfile, weakref
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,8 +23,6 @@ def client_state_path(root, k: int, tag: str) -> Path:
 # %% ../nbs/03f_client_store.ipynb #a01ff0fd
 class ClientStore(Sequence):
     "Client k's private state as `store[k]`: at most `cache` states in memory, the others in files `root/client_{k}/{tag}.pt`, a state never written made by `init(k)`."
-    _forks = itertools.count(1)
-
     def __init__(self, n: int, init=None, root=None, cache: int | None = None, device='cpu', tag: str = 'r0'):
         if int(n) < 0: raise ValueError(f"ClientStore: n={n} clients: need n >= 0")
         if cache is not None and int(cache) < 1: raise ValueError(f"ClientStore: cache={cache}: keep at least 1 state in memory (None: all)")

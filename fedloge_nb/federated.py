@@ -390,6 +390,7 @@ class StreamingMean(Aggregator):
         if self.i != len(self.n): raise ValueError(f"{self.i} of the round's {len(self.n)} announced results arrived")
         return {k: a.to(self.dtype[k]) if self.dtype[k].is_floating_point else torch.round(a).to(self.dtype[k]) for k, a in self.acc.items()}
 
+# %% ../nbs/04_federated.ipynb #2387ad38
 def streams_aggregate(algo) -> bool:
     "Does `algo` (a method class or instance) aggregate by FedAvg's mean (`aggregate` not overridden, nor replaced on the instance), so that the engine streams its results?"
     f = algo.aggregate if isinstance(algo, type) else getattr(algo.aggregate, '__func__', None)

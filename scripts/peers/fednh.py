@@ -37,68 +37,19 @@ Both write: GM final (balanced test set, their 'uniform' accuracy), the mean of 
 personalised model (`p_epochs`, the leaderboard's 5 post-training epochs) on its local test set; theirs, as their
 code reports it, the mean over the round's active clients of their model after that round's local training.
 """
-import argparse, dataclasses, json, os, subprocess, sys, tempfile, time
+import argparse, json, os, sys, tempfile, time
 from pathlib import Path
 import numpy as np
 import torch
-import torch.nn.functional as F
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import cell_config, check_commit, run_ours, save_theirs, shot_means, write_table as common_table, TensorSet, EVAL_ROUNDS
 from fedloge_nb.federated import FedConfig, sample_clients
 from fedloge_nb.data import make_fed_data
 from fedloge_nb.models import make_backbone
-from fedloge_nb.datasets import atomic_write
-
-EVAL_ROUNDS = lambda rounds: list(range(10, rounds + 1, 10)) or [rounds]   # every 10 rounds, as the cells; a shorter test run: its last
-COMMAND = lambda: 'OMP_NUM_THREADS=1 .venv/bin/python ' + ' '.join(sys.argv)
-
-
-def ENV() -> dict:
-    "Where a run ran: the CPU's name, torch, threads."
-    cpu = next((l.split(':', 1)[1].strip() for l in Path('/proc/cpuinfo').read_text().splitlines() if l.startswith('model name')), None) if Path('/proc/cpuinfo').exists() else None
-    return dict(cpu=cpu, torch=torch.__version__, threads=torch.get_num_threads())
-
-
-def cell_config(path, rounds=None) -> FedConfig:
-    c = json.loads(Path(path).read_text())['config']
-    cfg = FedConfig(**c)
-    return dataclasses.replace(cfg, rounds=int(rounds)) if rounds else cfg
-
-
-def shot_means(per_class_acc: np.ndarray, shots: dict) -> dict:
-    "many/med/few of a balanced test set: the mean per-class accuracy of each group, in %."
-    return {f'gm_{g}': 100 * float(per_class_acc[np.asarray(ix)].mean()) for g, ix in shots.items() if len(ix)}
-
-
-def summarise(rows: list) -> dict:
-    "GM final and the last-3 means from the per-evaluation rows."
-    last = rows[-3:]
-    out = {k: rows[-1][k] for k in rows[-1] if k != 'round'}
-    out.update({f'{k}_last3': float(np.mean([r[k] for r in last])) for k in rows[-1] if k != 'round'})
-    return out
-
-
-# ---------------------------------------------------------------- ours
-def run_ours(config, out, rounds=None):
-    from fedloge_nb.engine import run_fl
-    cfg = dataclasses.replace(cell_config(config, rounds), eval_every=10)
-    fed = make_fed_data(**cfg.data_args())
-    t0 = time.time(); r = run_fl(cfg, fed, progress=False); dt = time.time() - t0
-    rows = [dict(round=int(h['round']), gm_acc=h['gm_acc'], gm_many=h['gm_many'], gm_med=h['gm_med'], gm_few=h['gm_few'], pm_acc=h['pm_acc'])
-            for h in r.history if h.get('gm_acc') is not None]
-    res = dict(side='ours', command=COMMAND(), environment=ENV(), config=cfg.key(), hp=dict(r.algo.hp), rounds=cfg.rounds, rows=rows, summary=summarise(rows),
-               final_summary={k: r.summary.get(k) for k in ('gm_acc', 'gm_many', 'gm_med', 'gm_few', 'pm_acc', 'gm_acc_lastk', 'pm_acc_lastk')},
-               wall_s=round(dt, 1), pm_definition="every client's personalised model (p_epochs) on its local test set, after training")
-    atomic_write(out, json.dumps(res, indent=1, default=str)); print(json.dumps(res['summary'], indent=1))
 
 
 # ---------------------------------------------------------------- theirs
-class TensorSet(torch.utils.data.Dataset):
-    "A dataset over tensors with the `.targets` their code reads (`Counter(trainset.targets.numpy())`, `DatasetSplit`)."
-    def __init__(self, x, y): self.x, self.targets = x, y
-    def __len__(self): return len(self.targets)
-    def __getitem__(self, i): return self.x[i], self.targets[i]
-
-
 def patch_theirs(folder: str, cfg: FedConfig, fed):
     "Import their code from `folder` and replace the data, the model name, the client sampling (nothing of FedNH itself)."
     sys.path.insert(0, str(folder))
@@ -177,10 +128,7 @@ def their_yaml(folder, cfg: FedConfig, num_classes: int, path):
 
 
 def run_theirs(folder, commit, config, out, rounds=None):
-    folder = Path(folder).resolve()
-    try: head = subprocess.run(['git', '-C', str(folder), 'rev-parse', 'HEAD'], capture_output=True, text=True, check=True).stdout.strip()
-    except (subprocess.CalledProcessError, FileNotFoundError): head = None
-    if head is not None and not head.startswith(commit): sys.exit(f"{folder} is at {head}, not {commit}")
+    head = check_commit(folder, commit); folder = Path(folder).resolve()
     cfg = cell_config(config, rounds)
     if cfg.lr_schedule != 'exp': sys.exit(f"the cell's lr schedule {cfg.lr_schedule!r}: only 'exp' has their counterpart ('diminishing')")
     fed = make_fed_data(**cfg.data_args())
@@ -207,62 +155,17 @@ def run_theirs(folder, commit, config, out, rounds=None):
         per_class = (g['correct_per_class'].double() / torch.bincount(fed.y_test, minlength=len(g['correct_per_class'])).double()).numpy()
         rows.append(dict(round=r, gm_acc=100 * float(g['acc_by_criteria']['uniform']), **shot_means(per_class, shots),
                          pm_acc=100 * float(server.average_pfl_test_acc_dict[r]['uniform'])))
-    res = dict(side='theirs', command=COMMAND(), environment=ENV(), repository='https://github.com/Yutong-Dai/FedNH', commit=head or commit, config=cfg.key(), arguments=ns,
-               rounds=cfg.rounds, rows=rows, summary=summarise(rows), wall_s=round(dt, 1),
-               pm_definition="their code's: the mean over the round's active clients of their model after the round's local training, on its local test set")
-    atomic_write(out, json.dumps(res, indent=1, default=str)); print(json.dumps(res['summary'], indent=1))
+    save_theirs(out, repository='https://github.com/Yutong-Dai/FedNH', commit=head, cfg=cfg, rows=rows, wall_s=dt, arguments=ns,
+                pm_definition="their code's: the mean over the round's active clients of their model after the round's local training, on its local test set")
 
 
 def write_table(folder, out, cell_dir=None):
-    "The comparison as markdown from every ours_*.json / theirs_*.json pair in `folder` (paired by seed): per seed, and the mean difference with its range."
-    runs = {}
-    for p in sorted(Path(folder).glob('*.json')):
-        r = json.loads(p.read_text()); runs.setdefault(r['config']['seed'], {})[r['side']] = r
-    seeds = sorted(k for k, v in runs.items() if {'ours', 'theirs'} <= set(v))
-    if not seeds: sys.exit(f'no pair of ours/theirs runs in {folder}')
-    for k in seeds:
-        a, b = runs[k]['ours']['config'], runs[k]['theirs']['config']
-        if a != b: sys.exit(f'seed {k}: the two runs have different configs')
-    f = lambda x: '-' if x is None else f'{x:.2f}'
-    t0 = runs[seeds[0]]['theirs']; c = runs[seeds[0]]['ours']['config']
-    keys = [('gm_acc', 'GM final (round %d)' % c['rounds']), ('gm_acc_last3', 'GM, mean of the last 3 evaluations'), ('gm_many_last3', 'many (last 3)'),
-            ('gm_med_last3', 'med (last 3)'), ('gm_few_last3', 'few (last 3)')]
-    lines = ["# FedNH: the authors' code beside ours", '',
-             f"Setting: the leaderboard's stage 2 at {c['dataset']} IF {c['imb_factor']}, Dirichlet alpha {c['alpha']} (FedNH at the variant stage 1 chose "
-             f"for GM, rho {c['hp'].get('rho')}): {c['clients']} clients, frac {c['frac']}, {c['rounds']} rounds x {c['local_epochs']} local epoch, "
-             f"batch {c['batch_size']}, lr {c['lr']}, momentum {c['momentum']}, weight decay {c['weight_decay']}, val_frac {c.get('val_frac', 0)}; "
-             f"seeds {', '.join(map(str, seeds))}. Both sides get the same split, model (the package's CNN), client sampling and optimiser settings "
-             f"(`scripts/peers/fednh.py`, whose docstring says what was replaced in theirs and why). Evaluations every 10 rounds.", '',
-             f"Mean over the {len(seeds)} seed(s); theirs minus ours paired by seed: mean, its 95% t-interval and the range over the seeds.", '',
-             '| metric | ours | theirs | theirs minus ours [95% CI] | range |', '|---|---|---|---|---|']
-    from scipy import stats
-    for k, name in keys:
-        a = np.array([runs[s]['ours']['summary'][k] for s in seeds]); b = np.array([runs[s]['theirs']['summary'][k] for s in seeds]); dd = b - a
-        h = stats.t.ppf(0.975, len(dd) - 1) * dd.std(ddof=1) / np.sqrt(len(dd)) if len(dd) > 1 else float('nan')
-        lines.append(f"| {name} | {f(a.mean())} | {f(b.mean())} | {dd.mean():+.2f} [{dd.mean() - h:+.2f}, {dd.mean() + h:+.2f}] | {dd.min():+.2f} to {dd.max():+.2f} |")
-    po = np.array([runs[s]['ours']['final_summary']['pm_acc'] for s in seeds]); pt = np.array([runs[s]['theirs']['summary']['pm_acc_last3'] for s in seeds])
-    lines.append(f"| PM, each code's own (not comparable, below) | {f(po.mean())} (final) | {f(pt.mean())} (last 3) | - | - |")
-    lines += ['', '| seed | GM final ours | GM final theirs | GM last 3 ours | GM last 3 theirs | few (last 3) ours | few (last 3) theirs | wall s ours / theirs |',
-              '|---|---|---|---|---|---|---|---|']
-    for s in seeds:
-        o, t = runs[s]['ours'], runs[s]['theirs']
-        lines.append(f"| {s} | {f(o['summary']['gm_acc'])} | {f(t['summary']['gm_acc'])} | {f(o['summary']['gm_acc_last3'])} | {f(t['summary']['gm_acc_last3'])} | "
-                     f"{f(o['summary']['gm_few_last3'])} | {f(t['summary']['gm_few_last3'])} | {o['wall_s']:.0f} / {t['wall_s']:.0f} |")
-    if cell_dir is not None:
-        cs = [json.loads((Path(str(cell_dir).replace('_s0', f'_s{s}'))/'summary.json').read_text()) for s in seeds]
-        lines += ['', f"The leaderboard's own cells of these seeds (`{cell_dir}` and its seeds; made on {', '.join(sorted({x['environment']['cpu'] for x in cs}))}, "
-                  f"torch {', '.join(sorted({x['environment']['torch'] for x in cs}))}; ours here ran on "
-                  f"{', '.join(sorted({runs[s]['ours'].get('environment', {}).get('cpu', '?') for s in seeds}))}): GM final "
-                  f"{', '.join(f(x['gm_acc']) for x in cs)}, last 3 {', '.join(f(x['gm_acc_lastk']) for x in cs)}, against ours here "
-                  f"{', '.join(f(runs[s]['ours']['summary']['gm_acc']) for s in seeds)} and {', '.join(f(runs[s]['ours']['summary']['gm_acc_last3']) for s in seeds)}: "
-                  f"the same code and seed, other machines' float arithmetic."]
-    lines += ['', f"PM, ours: {runs[seeds[0]]['ours']['pm_definition']}. PM, theirs: {t0['pm_definition']}. "
-              "The two measure different models, so no difference is given.", '',
-              f"Authors' code: {t0['repository']} at commit `{t0['commit']}` (checked out outside this repository, never copied into it).", '',
-              'Commands (repository root), each JSON records its own:', '']
-    lines += [f"- `{runs[s][side]['command']}`" for s in seeds for side in ('ours', 'theirs')]
-    lines += [f"- this table: `.venv/bin/python {' '.join(sys.argv)}`"]
-    atomic_write(out, '\n'.join(lines) + '\n'); print('\n'.join(lines))
+    "The comparison as markdown (`common.write_table`) with FedNH's setting."
+    c = json.loads(next(Path(folder).glob('ours_*.json')).read_text())['config']
+    setting = (f"Setting: the leaderboard's stage 2 at {c['dataset']} IF {c['imb_factor']}, Dirichlet alpha {c['alpha']} (FedNH at the variant stage 1 chose "
+               f"for GM, rho {c['hp'].get('rho')}): {c['clients']} clients, frac {c['frac']}, {c['rounds']} rounds x {c['local_epochs']} local epoch, "
+               f"batch {c['batch_size']}, lr {c['lr']}, momentum {c['momentum']}, weight decay {c['weight_decay']}, val_frac {c.get('val_frac', 0)}.")
+    return common_table(folder, out, method='FedNH', script='scripts/peers/fednh.py', setting=setting, cell_dir=cell_dir)
 
 
 if __name__ == '__main__':

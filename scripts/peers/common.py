@@ -162,3 +162,37 @@ def write_table(folder, out, *, method, script, setting, pm_note=None, cell_dir=
     lines += [f"- this table: `.venv/bin/python {' '.join(sys.argv)}`"]
     atomic_write(out, '\n'.join(lines) + '\n'); print('\n'.join(lines))
     return dict(seeds=seeds, ci=ci, verdict=verdict(lo, hi))
+
+
+def parse_set(items) -> dict:
+    "`key=value` pairs (JSON values, else strings) as FedConfig changes; `hp.NAME=value` goes into hp."
+    changes, hp = {}, {}
+    for it in items or ():
+        if '=' not in it: sys.exit(f"--set {it!r}: write key=value, e.g. --set lr=0.02 or --set hp.alpha=0.01")
+        k, v = it.split('=', 1)
+        try: v = json.loads(v)
+        except json.JSONDecodeError: pass
+        if k.startswith('hp.'): hp[k[3:]] = v
+        elif k in {f.name for f in dataclasses.fields(FedConfig)}: changes[k] = v
+        else: sys.exit(f"--set {k}: not a FedConfig field (see fedloge_nb.federated.FedConfig) nor hp.NAME")
+    return dict(changes, hp=hp) if hp else changes
+
+
+def with_changes(config, rounds=None, sets=()) -> FedConfig:
+    "The cell's config with `--set` changes (hp entries merged into the cell's hp)."
+    ch = parse_set(sets)
+    if 'hp' in ch: ch['hp'] = {**json.loads(Path(config).read_text())['config'].get('hp', {}), **ch['hp']}
+    return cell_config(config, rounds, **ch)
+
+
+if __name__ == '__main__':
+    import argparse
+    p = argparse.ArgumentParser(description="Our side of any adapter: the package's engine on a cell's config, with changes.")
+    sub = p.add_subparsers(dest='cmd', required=True)
+    o = sub.add_parser('ours', help='run our engine on CONFIG (a cell config.json) and write OUT.json')
+    o.add_argument('config'); o.add_argument('out'); o.add_argument('--rounds', type=int, default=None)
+    o.add_argument('--set', action='append', default=[], help='key=value FedConfig change, e.g. method=feddyn, lr=0.02, hp.alpha=0.01')
+    a = p.parse_args()
+    ch = parse_set(a.set)
+    if 'hp' in ch: ch['hp'] = {**json.loads(Path(a.config).read_text())['config'].get('hp', {}), **ch['hp']}
+    run_ours(a.config, a.out, a.rounds, **ch)

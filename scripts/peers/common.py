@@ -14,6 +14,7 @@ import torch
 from fedloge_nb.federated import FedConfig
 from fedloge_nb.data import make_fed_data
 from fedloge_nb.datasets import atomic_write
+from fedloge_nb.peers import load_pairs, compare, summarise_rows as summarise, verdict, WIDE
 
 EVAL_ROUNDS = lambda rounds: list(range(10, rounds + 1, 10)) or [rounds]   # every 10 rounds, as the cells; a shorter test run: its last
 COMMAND = lambda: 'OMP_NUM_THREADS=1 .venv/bin/python ' + ' '.join(sys.argv)
@@ -62,14 +63,6 @@ def gm_row(round_, model_or_logits, fed, device='cpu', pm_acc=None) -> dict:
     return dict(round=int(round_), gm_acc=100 * float((pred == y).float().mean()), **shot_means(per_class, shots), pm_acc=pm_acc)
 
 
-def summarise(rows: list) -> dict:
-    "GM final and the last-3 means from the per-evaluation rows (None where a side has no such number)."
-    last = rows[-3:]
-    out = {k: rows[-1][k] for k in rows[-1] if k != 'round'}
-    out.update({f'{k}_last3': (float(np.mean([r[k] for r in last])) if all(r[k] is not None for r in last) else None) for k in rows[-1] if k != 'round'})
-    return out
-
-
 def run_ours(config, out, rounds=None, **changes):
     "Our engine on the cell's config (evaluated every 10 rounds, as the cells); the JSON `write_table` reads."
     from fedloge_nb.engine import run_fl
@@ -100,21 +93,10 @@ class TensorSet(torch.utils.data.Dataset):
     def __getitem__(self, i): return self.x[i], self.targets[i]
 
 
-def verdict(lo: float, hi: float) -> str:
-    "'agrees' when the 95% interval of theirs minus ours (GM, last 3) holds 0, else 'differs'."
-    return 'agrees' if lo <= 0 <= hi else 'differs'
-
-
 def write_table(folder, out, *, method, script, setting, pm_note=None, cell_dir=None, pm_comparable=False, extra_lines=()):
     "The comparison as markdown from every ours_*.json / theirs_*.json pair in `folder` (paired by seed): means, paired differences with 95% t-intervals, per seed."
-    from scipy import stats
-    runs = {}
-    for p in sorted(Path(folder).glob('*.json')):
-        r = json.loads(p.read_text()); runs.setdefault(r['config']['seed'], {})[r['side']] = r
-    seeds = sorted(k for k, v in runs.items() if {'ours', 'theirs'} <= set(v))
+    runs = load_pairs(folder); seeds = list(runs)
     if not seeds: sys.exit(f'no pair of ours/theirs runs in {folder}')
-    for k in seeds:
-        if runs[k]['ours']['config'] != runs[k]['theirs']['config']: sys.exit(f'seed {k}: the two runs have different configs')
     f = lambda x: '-' if x is None else f'{x:.2f}'
     t0 = runs[seeds[0]]['theirs']; c = runs[seeds[0]]['ours']['config']
     keys = [('gm_acc', 'GM final (round %d)' % c['rounds']), ('gm_acc_last3', 'GM, mean of the last 3 evaluations'), ('gm_many_last3', 'many (last 3)'),
@@ -127,16 +109,15 @@ def write_table(folder, out, *, method, script, setting, pm_note=None, cell_dir=
              '| metric | ours | theirs | theirs minus ours [95% CI] | range |', '|---|---|---|---|---|']
     ci = {}
     for k, name in keys:
-        a = np.array([runs[s]['ours']['summary'][k] for s in seeds], float); b = np.array([runs[s]['theirs']['summary'][k] for s in seeds], float); dd = b - a
-        h = stats.t.ppf(0.975, len(dd) - 1) * dd.std(ddof=1) / np.sqrt(len(dd)) if len(dd) > 1 else float('nan')
-        ci[k] = (dd.mean() - h, dd.mean() + h)
-        lines.append(f"| {name} | {f(a.mean())} | {f(b.mean())} | {dd.mean():+.2f} [{dd.mean() - h:+.2f}, {dd.mean() + h:+.2f}] | {dd.min():+.2f} to {dd.max():+.2f} |")
+        c = compare(folder, k); ci[k] = c
+        lines.append(f"| {name} | {f(c['ours'])} | {f(c['theirs'])} | {c['mean']:+.2f} [{c['lo']:+.2f}, {c['hi']:+.2f}] | {c['min']:+.2f} to {c['max']:+.2f} |")
     if not pm_comparable:
         po = [runs[s]['ours']['final_summary'].get('pm_acc') for s in seeds]; pt = [runs[s]['theirs']['summary'].get('pm_acc_last3') for s in seeds]
         po = None if None in po else float(np.mean(po)); pt = None if None in pt else float(np.mean(pt))
         lines.append(f"| PM, each code's own (not comparable, below) | {f(po)} (final) | {f(pt)} (last 3) | - | - |")
-    lo, hi = ci['gm_acc_last3']
-    lines += ['', f"Verdict (GM, mean of the last 3 evaluations: does the 95% interval of theirs minus ours hold 0?): **{verdict(lo, hi)}**."]
+    v = ci['gm_acc_last3']['verdict']
+    lines += ['', f"Verdict on GM, mean of the last 3 evaluations: **{v}** (chapter 15f: 'differs' when the 95% interval of theirs minus ours "
+              f"excludes 0; 'agrees' when it holds 0 and its half-width is at most {WIDE:g} points)."]
     lines += ['', '| seed | GM final ours | GM final theirs | GM last 3 ours | GM last 3 theirs | few (last 3) ours | few (last 3) theirs | wall s ours / theirs |',
               '|---|---|---|---|---|---|---|---|']
     for s in seeds:
@@ -161,7 +142,7 @@ def write_table(folder, out, *, method, script, setting, pm_note=None, cell_dir=
     lines += [f"- `{runs[s][side]['command']}`" for s in seeds for side in ('ours', 'theirs')]
     lines += [f"- this table: `.venv/bin/python {' '.join(sys.argv)}`"]
     atomic_write(out, '\n'.join(lines) + '\n'); print('\n'.join(lines))
-    return dict(seeds=seeds, ci=ci, verdict=verdict(lo, hi))
+    return dict(seeds=seeds, ci=ci, verdict=v)
 
 
 def parse_set(items) -> dict:

@@ -13,6 +13,7 @@ from .registry import make_algorithm, get_method, matched_hp
 from .evaluation import client_scores
 from .engine import start_run
 from .guards import save_checkpoint, load_checkpoint
+from .client_store import client_state_path
 
 def to_record(state: dict):
     "A dict of tensors as a Flower `ArrayRecord` (keys and order kept; empty dict: empty record)."
@@ -34,8 +35,8 @@ def unpack(b: bytes, device='cpu'):
 
 # %% auto #0
 __all__ = ['STATE_KEY', 'to_record', 'from_record', 'pack', 'unpack', 'run_key', 'own_hp', 'own_algo', 'trace_mark',
-           'client_setup', 'state_dir', 'load_client_state', 'save_client_state', 'client_train', 'client_evaluate',
-           'client_finish', 'client_query', 'make_client_app']
+           'client_setup', 'state_path', 'state_dir', 'load_client_state', 'save_client_state', 'client_train',
+           'client_evaluate', 'client_finish', 'client_query', 'make_client_app']
 
 # %% ../nbs/17_flower.ipynb #357afc40
 _CLIENT: dict = {}   # this process's client side of one run (a Ray actor serves many messages)
@@ -92,19 +93,24 @@ def client_setup(cfg_json: str, cache=None):
     return _CLIENT['cfg'], _CLIENT['algo'], _CLIENT['clients'], _CLIENT['states']
 
 # %% ../nbs/17_flower.ipynb #e2d8f09b
-def state_dir(c, context, k: int) -> Path | None:
-    "Client k's state folder: the node's `state-dir` (a SuperNode's `--node-config`), else the server's `state_dir` (simulation), else None."
+def state_path(c, context, k: int, tag: str) -> Path | None:
+    "The file of client k's state `tag`: `client_state_path` under the node's `state-dir` (a SuperNode's `--node-config`), else the server's `state_dir` (simulation), and the run's key; else None."
     d = str(context.node_config.get('state-dir', '') or c.get('state_dir', '') or '')
-    return Path(d)/run_key(c['cfg'])/f'client_{k}' if d else None
+    return client_state_path(Path(d)/run_key(c['cfg']), k, tag) if d else None
+
+def state_dir(c, context, k: int) -> Path | None:
+    "Client k's state folder (the folder of its `state_path`s), else None."
+    p = state_path(c, context, k, 'r0')
+    return None if p is None else p.parent
 
 def load_client_state(context, c, k: int, init: dict, device='cpu') -> dict:
     "Client k's private state with the tag the server names (`c['state']`): from memory, else its state folder; 'r0' is `init`."
     tag = c['state']; key = f"{STATE_KEY}.{run_key(c['cfg'])}.{tag}"
     if key in context.state: return from_record(context.state[key], device)
     if tag == 'r0': return copy.deepcopy(init)
-    d = state_dir(c, context, k)
-    if d is not None and (d/f'{tag}.pt').exists():
-        return {n: v.to(device) for n, v in load_checkpoint(d/f'{tag}.pt').items()}
+    p = state_path(c, context, k, tag)
+    if p is not None and p.exists():
+        return {n: v.to(device) for n, v in load_checkpoint(p).items()}
     raise ValueError(f"client {k} lost its state {tag} (a restarted node without a state folder): give each SuperNode "
                      f"--node-config 'state-dir=...' so that its client can rejoin and runs can resume")
 
@@ -114,10 +120,10 @@ def save_client_state(context, c, k: int, tag: str, state: dict):
     keep = {tag, c['state'], c.get('keep', 'r0')}
     context.state[base + tag] = to_record(state)
     for name in [n for n in context.state if n.startswith(base + 'r') and n[len(base):] not in keep]: del context.state[name]
-    d = state_dir(c, context, k)
-    if d is None or not tag.startswith('r'): return
-    save_checkpoint(d/f'{tag}.pt', state)
-    for p in d.glob('r*.pt'):
+    p = state_path(c, context, k, tag)
+    if p is None or not tag.startswith('r'): return
+    save_checkpoint(p, state)
+    for p in p.parent.glob('r*.pt'):
         if p.stem not in keep: p.unlink(missing_ok=True)
 
 # %% ../nbs/17_flower.ipynb #4be1fc4d

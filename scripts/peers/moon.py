@@ -122,7 +122,7 @@ def patch_theirs(folder, cfg: FedConfig, fed):
     def sample(population, k, *a, **kw):
         "The package's sample for their per-round party lists (population range(clients)); anything else: Python's."
         if list(population) == list(range(cfg.clients)) and k == max(1, int(cfg.clients * cfg.frac)):
-            calls['round'] += 1
+            calls['round'] += 1; KEPT['sampled'] = calls['round']
             return [int(c) for c in sample_clients(cfg.clients, cfg.frac, cfg.seed, calls['round'])]
         return orig_sample(population, k, *a, **kw)
     random.sample = sample
@@ -156,6 +156,7 @@ def run_theirs(folder, commit, config, out, rounds=None, sets=()):
     try:
         t0 = time.time(); runpy.run_path(str(folder/'main.py'), run_name='__main__'); dt = time.time() - t0
     finally: os.chdir(cwd); torch.optim.SGD = sgd; sys.argv = old_argv
+    if KEPT.get('sampled') != cfg.rounds: sys.exit(f"the package's client sample replaced {KEPT.get('sampled')} of their {cfg.rounds} party lists")
     if len(KEPT['rows']) != len(EVAL_ROUNDS(cfg.rounds)): sys.exit(f"{len(KEPT['rows'])} evaluations of their global model, expected {len(EVAL_ROUNDS(cfg.rounds))}")
     save_theirs(out, repository='https://github.com/QinbinLi/MOON', commit=head, cfg=cfg, rows=KEPT['rows'], wall_s=dt,
                 arguments=dict(argv=argv[1:], momentum=float(cfg.momentum), hp=hp), their_log=dict(global_test_acc=KEPT['test_acc']))

@@ -162,6 +162,43 @@ def run_theirs(folder, commit, config, out, rounds=None, sets=()):
                 arguments=dict(argv=argv[1:], momentum=float(cfg.momentum), hp=hp), their_log=dict(global_test_acc=KEPT['test_acc']))
 
 
+def check(folder, commit, config, client=0, steps=3, sets=()):
+    """One client update by both codes from the same global and previous models: `steps` full-batch steps (so that the
+    batch order, drawn differently by the two codes, does not matter), the cell's lr, momentum and MOON hyperparameters;
+    the previous model is the global one plus noise, so that the contrastive term acts. Prints the largest difference."""
+    import dataclasses, logging
+    from fedloge_nb.federated import client_datasets, seed_everything
+    from fedloge_nb.registry import make_algorithm
+    check_commit(folder, commit); folder = Path(folder).resolve()
+    cfg0 = with_changes(config, None, ['method=moon', *sets]); fed = make_fed_data(**cfg0.data_args())
+    d = client_datasets(fed)[client]
+    cfg = dataclasses.replace(cfg0, batch_size=len(d), local_epochs=int(steps), device='cpu')
+    patch_theirs(folder, cfg, fed)
+    import main as MN                                                    # their main.py: its definitions (the script part does not run)
+    MN.logger = logging.getLogger()
+    ours = make_algorithm(cfg); seed_everything(cfg.seed); ours.build(fed, cfg)
+    g = {k: v.clone() for k, v in ours.global_state().items()}
+    gen = torch.Generator().manual_seed(1)
+    prev = {k[len('backbone.'):]: v + 0.05 * torch.randn(v.shape, generator=gen) for k, v in g.items() if k.startswith('backbone.')}
+    r = ours.client_update(g, {f'moon.prev.{k}': v for k, v in prev.items()}, d, cfg, 0)
+    to_theirs = lambda sd: {('features.' + k[len('backbone.'):]) if k.startswith('backbone.') else ('l3.' + k[len('head.'):]): v.clone() for k, v in sd.items()}
+    net, glob, old = (MN.ModelFedCon(cfg.model, 0, fed.num_classes) for _ in range(3))
+    net.load_state_dict(to_theirs(g)); glob.load_state_dict(to_theirs(g))
+    old.load_state_dict({**to_theirs(g), **{f'features.{k}': v for k, v in prev.items()}})
+    glob.eval().requires_grad_(False); old.eval().requires_grad_(False)
+    args = argparse.Namespace(reg=float(cfg.weight_decay))
+    dl = torch.utils.data.DataLoader(TensorSet(d.x, d.y), batch_size=len(d), shuffle=True)
+    _SGD.momentum = float(cfg.momentum); sgd = torch.optim.SGD; torch.optim.SGD = _SGD
+    try: MN.train_net_fedcon(client, net, glob, [old], dl, dl, int(steps), float(cfg.lr), 'sgd', float(ours.hp['mu']), float(ours.hp['temperature']), args, 1, device='cpu')
+    finally: torch.optim.SGD = sgd
+    mine = to_theirs(r.state); theirs = net.state_dict()
+    diff = max((mine[k] - theirs[k]).abs().max().item() for k in theirs)
+    moved = max((mine[k] - to_theirs(g)[k]).abs().max().item() for k in theirs)
+    ref = ours.client_update(g, {}, d, cfg, 0); no_prev = max((to_theirs(ref.state)[k] - theirs[k]).abs().max().item() for k in theirs)
+    print(json.dumps(dict(client=client, samples=len(d), steps=int(steps), largest_change_of_a_weight=moved, largest_difference_ours_theirs=diff,
+                          largest_difference_if_ours_had_no_previous_model=no_prev), indent=1))
+
+
 def write_table(folder, out, cell_dir=None):
     "The comparison as markdown (`common.write_table`) with MOON's setting."
     o = json.loads(next(Path(folder).glob('ours_*.json')).read_text()); c = o['config']
@@ -179,6 +216,9 @@ if __name__ == '__main__':
     t = sub.add_parser('theirs'); t.add_argument('folder'); t.add_argument('commit'); t.add_argument('config'); t.add_argument('out')
     t.add_argument('--rounds', type=int, default=None); t.add_argument('--set', action='append', default=[])
     w = sub.add_parser('table'); w.add_argument('folder'); w.add_argument('out'); w.add_argument('--cell', default=None)
+    c = sub.add_parser('check', help=check.__doc__.split('\n')[0]); c.add_argument('folder'); c.add_argument('commit'); c.add_argument('config')
+    c.add_argument('--client', type=int, default=0); c.add_argument('--steps', type=int, default=3); c.add_argument('--set', action='append', default=[])
     a = p.parse_args()
     if a.side == 'theirs': run_theirs(a.folder, a.commit, a.config, a.out, a.rounds, a.set)
+    elif a.side == 'check': check(a.folder, a.commit, a.config, a.client, a.steps, a.set)
     else: write_table(a.folder, a.out, a.cell)

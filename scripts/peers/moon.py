@@ -3,6 +3,7 @@
     OMP_NUM_THREADS=1 .venv/bin/python scripts/peers/moon.py theirs FOLDER COMMIT CONFIG.json OUT.json [--rounds N] [--set k=v ...]
     OMP_NUM_THREADS=1 .venv/bin/python scripts/peers/common.py ours CONFIG.json OUT.json --set method=moon
     .venv/bin/python scripts/peers/moon.py table FOLDER OUT.md [--cell CELL_DIR_OF_SEED_0]
+    OMP_NUM_THREADS=1 .venv/bin/python scripts/peers/moon.py check FOLDER COMMIT CONFIG.json [--client K] [--steps N] [--out JSON]
 
 FOLDER is a checkout of https://github.com/QinbinLi/MOON at COMMIT (checked with git; its code is run, never copied
 into this repository). CONFIG.json is a leaderboard cell's `config.json`; MOON has no cell of its own, so the
@@ -46,6 +47,10 @@ sample-weighted aggregation and their global evaluation run unmodified, with onl
 GM (and many/med/few from the package's shot groups) is `common.gm_row` of their global model at rounds 10, 20, ...,
 100, taken when their loop evaluates it (their global test-set accuracy of every round is kept as `their_log`).
 MOON has no personalised model; ours' PM is the leaderboard's fine-tuning (`post_epochs`), reported but not compared.
+
+`check` runs one client update through both codes (ours' `MOON.client_update`, their `train_net_fedcon` with the
+replacements above) from the same global and previous models, in full batches, and prints the largest difference of
+the trained weights; the table reads its JSON from `FOLDER/check/client_update.json`.
 """
 import argparse, json, os, random, runpy, sys, tempfile, time
 from pathlib import Path
@@ -162,7 +167,7 @@ def run_theirs(folder, commit, config, out, rounds=None, sets=()):
                 arguments=dict(argv=argv[1:], momentum=float(cfg.momentum), hp=hp), their_log=dict(global_test_acc=KEPT['test_acc']))
 
 
-def check(folder, commit, config, client=0, steps=3, sets=()):
+def check(folder, commit, config, client=0, steps=3, sets=(), out=None):
     """One client update by both codes from the same global and previous models: `steps` full-batch steps (so that the
     batch order, drawn differently by the two codes, does not matter), the cell's lr, momentum and MOON hyperparameters;
     the previous model is the global one plus noise, so that the contrastive term acts. Prints the largest difference."""
@@ -195,8 +200,10 @@ def check(folder, commit, config, client=0, steps=3, sets=()):
     diff = max((mine[k] - theirs[k]).abs().max().item() for k in theirs)
     moved = max((mine[k] - to_theirs(g)[k]).abs().max().item() for k in theirs)
     ref = ours.client_update(g, {}, d, cfg, 0); no_prev = max((to_theirs(ref.state)[k] - theirs[k]).abs().max().item() for k in theirs)
-    print(json.dumps(dict(client=client, samples=len(d), steps=int(steps), largest_change_of_a_weight=moved, largest_difference_ours_theirs=diff,
-                          largest_difference_if_ours_had_no_previous_model=no_prev), indent=1))
+    res = dict(command='OMP_NUM_THREADS=1 .venv/bin/python ' + ' '.join(sys.argv), commit=check_commit(folder, commit), client=client, samples=len(d),
+               steps=int(steps), largest_change_of_a_weight=moved, largest_difference_ours_theirs=diff, largest_difference_if_ours_had_no_previous_model=no_prev)
+    if out: Path(out).write_text(json.dumps(res, indent=1) + '\n')
+    print(json.dumps(res, indent=1))
 
 
 def write_table(folder, out, cell_dir=None):
@@ -207,7 +214,22 @@ def write_table(folder, out, cell_dir=None):
                f"frac {c['frac']}, {c['rounds']} rounds x {c['local_epochs']} local epoch, batch {c['batch_size']}, lr {c['lr']}, momentum {c['momentum']}, "
                f"weight decay {c['weight_decay']}, val_frac {c.get('val_frac', 0)}. Both sides' network: the package's CNN and a linear classifier on its "
                f"84-d features, MOON's representation being those features (no projection head).")
-    return common_table(folder, out, method='MOON', script='scripts/peers/moon.py', setting=setting, cell_dir=cell_dir)
+    extra = []
+    ck = Path(folder)/'check'/'client_update.json'
+    if ck.exists():
+        c = json.loads(ck.read_text())
+        extra += ['', f"One client update, numerically (`{c['command']}`): client {c['client']} ({c['samples']} samples), {c['steps']} full-batch steps "
+                  "from the same global model and a previous model that differs from it (so that the contrastive term acts; full batches, so that "
+                  f"the batch order, drawn differently by the two codes, does not matter): the two codes' weights differ by at most "
+                  f"{c['largest_difference_ours_theirs']:.1e}, while the update moves a weight by up to {c['largest_change_of_a_weight']:.3f} and "
+                  f"ours without the previous model (z_prev = z_glob) ends {c['largest_difference_if_ours_had_no_previous_model']:.3f} away. "
+                  "The client update is the same."]
+    extra += ['', "What differs outside the client update, and stays (their method's bookkeeping, not replaced): their previous-model pool is "
+              "empty in the first round (`--load_first_net` copies the networks but never appends them), so no client has a negative then, "
+              "and a client not yet sampled takes as its previous model its own network, initialised independently of the global model "
+              "(`init_nets` builds every party's network separately); ours uses the received global model (a contrastive term with zero "
+              "gradient) until the client has trained once. The batch orders are drawn differently by the two codes."]
+    return common_table(folder, out, method='MOON', script='scripts/peers/moon.py', setting=setting, cell_dir=cell_dir, extra_lines=extra)
 
 
 if __name__ == '__main__':
@@ -218,7 +240,8 @@ if __name__ == '__main__':
     w = sub.add_parser('table'); w.add_argument('folder'); w.add_argument('out'); w.add_argument('--cell', default=None)
     c = sub.add_parser('check', help=check.__doc__.split('\n')[0]); c.add_argument('folder'); c.add_argument('commit'); c.add_argument('config')
     c.add_argument('--client', type=int, default=0); c.add_argument('--steps', type=int, default=3); c.add_argument('--set', action='append', default=[])
+    c.add_argument('--out', default=None, help='also write the result as JSON (the table reads FOLDER/check/client_update.json)')
     a = p.parse_args()
     if a.side == 'theirs': run_theirs(a.folder, a.commit, a.config, a.out, a.rounds, a.set)
-    elif a.side == 'check': check(a.folder, a.commit, a.config, a.client, a.steps, a.set)
+    elif a.side == 'check': check(a.folder, a.commit, a.config, a.client, a.steps, a.set, a.out)
     else: write_table(a.folder, a.out, a.cell)

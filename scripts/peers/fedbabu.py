@@ -169,6 +169,27 @@ def run_theirs(folder, commit, config, out, rounds=None, sets=()):
                                "and is tested on its local test set (their test_img_local); the unweighted mean over the clients"))
 
 
+def run_ours_plain_mean(config, out, rounds=None, sets=()):
+    "A diagnostic of ours: our engine's FedBABU with one change, the server's plain (unweighted) mean of the round's bodies, as their main_fed.py averages."
+    from fedloge_nb.engine import run_fl
+    from fedloge_nb.federated import Aggregator, weighted_average
+    from common import summarise, ENV, COMMAND
+    from fedloge_nb.datasets import atomic_write
+    import dataclasses
+    cls = get_method('fedbabu')
+    class PlainMean(cls):
+        def aggregator(self, gstate, weights): return Aggregator(self, gstate, weights)
+        def aggregate(self, gstate, results): return weighted_average([r.state for r in results], [1.0] * len(results))
+    cfg = dataclasses.replace(with_changes(config, rounds, sets), eval_every=10)
+    fed = make_fed_data(**cfg.data_args())
+    t0 = time.time(); r = run_fl(cfg, fed, progress=False, algo=PlainMean(**our_hp(cfg))); dt = time.time() - t0
+    rows = [dict(round=int(h['round']), gm_acc=h['gm_acc'], gm_many=h['gm_many'], gm_med=h['gm_med'], gm_few=h['gm_few'], pm_acc=h.get('pm_acc'))
+            for h in r.history if h.get('gm_acc') is not None]
+    res = dict(side='ours_plain_mean', command=COMMAND(), environment=ENV(), config=cfg.key(), hp=dict(r.algo.hp), rounds=cfg.rounds, rows=rows,
+               summary=summarise(rows), final_summary={k: r.summary.get(k) for k in ('gm_acc', 'gm_acc_lastk', 'pm_acc')}, wall_s=round(dt, 1))
+    Path(out).parent.mkdir(parents=True, exist_ok=True); atomic_write(out, json.dumps(res, indent=1, default=str)); print(json.dumps(res['summary'], indent=1))
+
+
 def write_table(folder, out, cell_dir=None):
     "The comparison as markdown (`common.write_table`) with FedBABU's setting, and the PM after fine-tuning paired by seed."
     from scipy import stats
@@ -200,6 +221,9 @@ if __name__ == '__main__':
     t = sub.add_parser('theirs'); t.add_argument('folder'); t.add_argument('commit'); t.add_argument('config'); t.add_argument('out')
     t.add_argument('--rounds', type=int, default=None); t.add_argument('--set', action='append', default=[])
     w = sub.add_parser('table'); w.add_argument('folder'); w.add_argument('out'); w.add_argument('--cell', default=None)
+    m = sub.add_parser('ours-plain-mean', help=run_ours_plain_mean.__doc__); m.add_argument('config'); m.add_argument('out')
+    m.add_argument('--rounds', type=int, default=None); m.add_argument('--set', action='append', default=[])
     a = p.parse_args()
     if a.side == 'theirs': run_theirs(a.folder, a.commit, a.config, a.out, a.rounds, a.set)
+    elif a.side == 'ours-plain-mean': run_ours_plain_mean(a.config, a.out, a.rounds, a.set)
     else: write_table(a.folder, a.out, a.cell)

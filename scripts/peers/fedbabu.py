@@ -3,6 +3,8 @@
     OMP_NUM_THREADS=1 .venv/bin/python scripts/peers/fedbabu.py theirs FOLDER COMMIT CONFIG.json OUT.json [--rounds N] [--set k=v ...]
     OMP_NUM_THREADS=1 .venv/bin/python scripts/peers/common.py ours CONFIG.json OUT.json --set method=fedbabu
     .venv/bin/python scripts/peers/fedbabu.py table FOLDER OUT.md [--cell CELL_DIR_OF_SEED_0]
+    OMP_NUM_THREADS=1 .venv/bin/python scripts/peers/fedbabu.py check FOLDER COMMIT CONFIG.json [--client K] [--steps N] [--out JSON]
+    OMP_NUM_THREADS=1 .venv/bin/python scripts/peers/fedbabu.py ours-plain-mean CONFIG.json OUT.json --set method=fedbabu
 
 FOLDER is a checkout of https://github.com/jhoon-oh/FedBABU at COMMIT (checked with git; its code is run, never copied
 into this repository). CONFIG.json is a leaderboard cell's `config.json`; FedBABU has no cell of its own, so the
@@ -49,6 +51,11 @@ fine-tunes the whole network (body and head at lr), which is kept as `pm_acc_ful
 final model (their notebook loads `best_model.pt`, the round with the best local test accuracy, a choice on the test
 sets that ours does not make). Ours' PM is the same definition (each client's fine-tuned model on its local test set,
 unweighted mean over the clients), so the two PMs are compared.
+
+`check` runs one client update and one head fine-tuning through both codes from the same model, in full batches, and
+prints the largest differences; `ours-plain-mean` is a diagnostic of ours with one component of theirs, the server's
+unweighted mean (their `main_fed.py`; ours, as FedAvg, weights by the clients' sample counts). The table reads both
+from `FOLDER/check/` and `FOLDER/diagnostics/` when they are there.
 """
 import argparse, copy, json, os, runpy, sys, tempfile, time
 from pathlib import Path
@@ -169,6 +176,45 @@ def run_theirs(folder, commit, config, out, rounds=None, sets=()):
                                "and is tested on its local test set (their test_img_local); the unweighted mean over the clients"))
 
 
+def check(folder, commit, config, client=0, steps=3, sets=(), out=None):
+    """One client update and one fine-tuning by both codes from the same model, in full batches (so that the batch
+    order, drawn differently by the two codes, does not matter): ours' `FedBABU.client_update` beside their
+    `LocalUpdate.train(body_lr=lr, head_lr=0)`, and ours' `finish_client` (ft_part head) beside their
+    `LocalUpdate.train(body_lr=0, head_lr=lr, local_eps=ft_epochs)`. Prints the largest differences of the weights."""
+    import dataclasses
+    from fedloge_nb.federated import client_datasets, seed_everything
+    head = check_commit(folder, commit); folder = Path(folder).resolve()
+    cfg0 = with_changes(config, None, ['method=fedbabu', *sets]); fed = make_fed_data(**cfg0.data_args())
+    d = client_datasets(fed)[client]
+    cfg = dataclasses.replace(cfg0, batch_size=len(d), local_epochs=int(steps), device='cpu')
+    UP, TE, orig_train, train, test = patch_theirs(folder, cfg, fed)
+    import utils.train_utils as TU
+    hp = our_hp(cfg); ours = get_method('fedbabu')(**hp); seed_everything(cfg.seed); ours.build(fed, cfg)
+    g = {k: v.clone() for k, v in ours.net.state_dict().items()}
+    to_theirs = lambda sd: {('features.' + k[len('backbone.'):]) if k.startswith('backbone.') else ('linear.' + k[len('head.'):]): v.clone() for k, v in sd.items()}
+    args = argparse.Namespace(local_bs=len(d), momentum=float(cfg.momentum), wd=float(cfg.weight_decay), local_ep=int(steps), device=torch.device('cpu'), num_classes=fed.num_classes)
+    r = ours.client_update(g, {}, d, cfg, 0); mine = to_theirs({**g, **r.state})
+    net = TU.get_model(args); net.load_state_dict(to_theirs(g))
+    orig_train(UP.LocalUpdate(args=args, dataset=train, idxs=np.asarray(fed.train_idx[client])), net, body_lr=float(cfg.lr), head_lr=0.0)
+    theirs = net.state_dict()
+    upd = dict(largest_difference=max((mine[k] - theirs[k]).abs().max().item() for k in theirs),
+               largest_change=max((mine[k] - to_theirs(g)[k]).abs().max().item() for k in theirs),
+               head_unchanged_ours=all(torch.equal(mine[k], to_theirs(g)[k]) for k in mine if k.startswith('linear.')),
+               head_unchanged_theirs=all(torch.equal(theirs[k], to_theirs(g)[k]) for k in theirs if k.startswith('linear.')))
+    ft_cfg = dataclasses.replace(cfg, batch_size=len(d))
+    ours.load_global({**g, **r.state}); cs, _ = ours.finish_client(0, d, {}, ft_cfg, {})
+    mine_ft = to_theirs({**g, **r.state, **{k[3:]: v for k, v in cs.items() if k.startswith('ft.')}})
+    net_ft = TU.get_model(args); net_ft.load_state_dict(mine)
+    lr = float(cfg.lr if hp['ft_lr'] is None else hp['ft_lr'])
+    orig_train(UP.LocalUpdate(args=args, dataset=train, idxs=np.asarray(fed.train_idx[client])), net_ft, body_lr=0.0, head_lr=lr, local_eps=int(hp['ft_epochs']))
+    ft = dict(largest_difference=max((mine_ft[k] - net_ft.state_dict()[k]).abs().max().item() for k in mine_ft),
+              largest_change=max((mine_ft[k] - mine[k]).abs().max().item() for k in mine_ft))
+    res = dict(command='OMP_NUM_THREADS=1 .venv/bin/python ' + ' '.join(sys.argv), commit=head, client=client, samples=len(d), steps=int(steps),
+               ft_epochs=int(hp['ft_epochs']), client_update=upd, fine_tuning=ft)
+    if out: Path(out).parent.mkdir(parents=True, exist_ok=True); Path(out).write_text(json.dumps(res, indent=1) + '\n')
+    print(json.dumps(res, indent=1))
+
+
 def run_ours_plain_mean(config, out, rounds=None, sets=()):
     "A diagnostic of ours: our engine's FedBABU with one change, the server's plain (unweighted) mean of the round's bodies, as their main_fed.py averages."
     from fedloge_nb.engine import run_fl
@@ -212,6 +258,28 @@ def write_table(folder, out, cell_dir=None):
              f"| head fine-tuned (ours' ft_part) | {a.mean():.2f} | {b.mean():.2f} | {d.mean():+.2f} [{d.mean() - h:+.2f}, {d.mean() + h:+.2f}] | "
              f"{'; '.join(f'{x:.2f} / {y:.2f}' for x, y in zip(a, b))} |",
              f"| whole network fine-tuned (their notebook's) | - | {full.mean():.2f} | - | {'; '.join(f'{y:.2f}' for y in full)} |"]
+    ck = Path(folder)/'check'/'client_update.json'
+    if ck.exists():
+        c = json.loads(ck.read_text()); u, f = c['client_update'], c['fine_tuning']
+        extra += ['', f"One client update and one fine-tuning, numerically (`{c['command']}`): client {c['client']} ({c['samples']} samples), from the "
+                  f"same model, in full batches (so that the batch order, drawn differently by the two codes, does not matter). {c['steps']} body "
+                  f"steps: the two codes' weights differ by at most {u['largest_difference']:.1e} (the update moves a weight by up to "
+                  f"{u['largest_change']:.3f}; the head is unchanged on both sides: {u['head_unchanged_ours'] and u['head_unchanged_theirs']}). "
+                  f"{c['ft_epochs']} epochs of head fine-tuning: at most {f['largest_difference']:.1e} apart (a weight moves by up to {f['largest_change']:.3f})."]
+    diag = {json.loads(p.read_text())['config']['seed']: json.loads(p.read_text()) for p in sorted((Path(folder)/'diagnostics').glob('ours_plain_mean_s*.json'))}
+    ds = [s_ for s_ in seeds if s_ in diag]
+    if ds:
+        pmn = np.array([diag[s_]['summary']['gm_acc_last3'] for s_ in ds]); th = np.array([runs[s_]['theirs']['summary']['gm_acc_last3'] for s_ in ds])
+        ou = np.array([runs[s_]['ours']['summary']['gm_acc_last3'] for s_ in ds]); dd = th - pmn
+        hh = stats.t.ppf(0.975, len(dd) - 1) * dd.std(ddof=1) / np.sqrt(len(dd)) if len(dd) > 1 else float('nan')
+        pm_d = np.array([diag[s_]['final_summary']['pm_acc'] for s_ in ds])
+        extra += ['', "**One component swapped: the server's mean.** Their `main_fed.py` averages the round's bodies with equal weights "
+                  "(`w_glob[k] / m`), ours (FedAvg's) by the clients' sample counts. Ours with their plain mean (`scripts/peers/fedbabu.py "
+                  "ours-plain-mean`, JSONs in `diagnostics/`), everything else ours:", '',
+                  '| seed | GM last 3 ours (weighted) | ours with the plain mean | theirs | PM final ours with the plain mean |', '|---|---|---|---|---|']
+        extra += [f"| {s_} | {a_:.2f} | {b_:.2f} | {c_:.2f} | {p_:.2f} |" for s_, a_, b_, c_, p_ in zip(ds, ou, pmn, th, pm_d)]
+        extra += ['', f"Theirs minus ours with the plain mean, GM last 3: {dd.mean():+.2f} [{dd.mean() - hh:+.2f}, {dd.mean() + hh:+.2f}] over "
+                  f"{len(ds)} seed(s); ours with the plain mean minus ours: {(pmn - ou).mean():+.2f}."]
     return common_table(folder, out, method='FedBABU', script='scripts/peers/fedbabu.py', setting=setting, cell_dir=cell_dir, extra_lines=extra)
 
 
@@ -223,7 +291,11 @@ if __name__ == '__main__':
     w = sub.add_parser('table'); w.add_argument('folder'); w.add_argument('out'); w.add_argument('--cell', default=None)
     m = sub.add_parser('ours-plain-mean', help=run_ours_plain_mean.__doc__); m.add_argument('config'); m.add_argument('out')
     m.add_argument('--rounds', type=int, default=None); m.add_argument('--set', action='append', default=[])
+    c = sub.add_parser('check', help=check.__doc__.split('\n')[0]); c.add_argument('folder'); c.add_argument('commit'); c.add_argument('config')
+    c.add_argument('--client', type=int, default=0); c.add_argument('--steps', type=int, default=3); c.add_argument('--set', action='append', default=[])
+    c.add_argument('--out', default=None, help='also write the result as JSON (the table reads FOLDER/check/client_update.json)')
     a = p.parse_args()
-    if a.side == 'theirs': run_theirs(a.folder, a.commit, a.config, a.out, a.rounds, a.set)
+    if a.side == 'check': check(a.folder, a.commit, a.config, a.client, a.steps, a.set, a.out)
+    elif a.side == 'theirs': run_theirs(a.folder, a.commit, a.config, a.out, a.rounds, a.set)
     elif a.side == 'ours-plain-mean': run_ours_plain_mean(a.config, a.out, a.rounds, a.set)
     else: write_table(a.folder, a.out, a.cell)

@@ -180,7 +180,8 @@ def check(folder, commit, config, client=0, steps=3, sets=(), out=None):
     """One client update and one fine-tuning by both codes from the same model, in full batches (so that the batch
     order, drawn differently by the two codes, does not matter): ours' `FedBABU.client_update` beside their
     `LocalUpdate.train(body_lr=lr, head_lr=0)`, and ours' `finish_client` (ft_part head) beside their
-    `LocalUpdate.train(body_lr=0, head_lr=lr, local_eps=ft_epochs)`. Prints the largest differences of the weights."""
+    `LocalUpdate.train(body_lr=0, head_lr=lr, local_eps=ft_epochs)`; then the fine-tuning in the cell's batches, their
+    loader given ours' batch order (its `DataLoader` replaced for that call only). Prints the largest differences."""
     import dataclasses
     from fedloge_nb.federated import client_datasets, seed_everything
     head = check_commit(folder, commit); folder = Path(folder).resolve()
@@ -209,8 +210,27 @@ def check(folder, commit, config, client=0, steps=3, sets=(), out=None):
     orig_train(UP.LocalUpdate(args=args, dataset=train, idxs=np.asarray(fed.train_idx[client])), net_ft, body_lr=0.0, head_lr=lr, local_eps=int(hp['ft_epochs']))
     ft = dict(largest_difference=max((mine_ft[k] - net_ft.state_dict()[k]).abs().max().item() for k in mine_ft),
               largest_change=max((mine_ft[k] - mine[k]).abs().max().item() for k in mine_ft))
+    # the fine-tuning as both codes run it (batches of the cell's size, ft_epochs), their loader given ours' batch order
+    from fedloge_nb.federated import derive_seed
+    class OursOrder:
+        "Ours' batches (`ClientData.batches`): a permutation per epoch from a generator seeded once."
+        def __init__(self, n, bs, seed): self.n, self.bs, self.g = n, bs, torch.Generator().manual_seed(seed)
+        def __iter__(self):
+            order = torch.randperm(self.n, generator=self.g).tolist()
+            return iter([order[i:i + self.bs] for i in range(0, self.n, self.bs)])
+        def __len__(self): return -(-self.n // self.bs)
+    ours.load_global(mine_global := {**g, **r.state}); cs, _ = ours.finish_client(0, d, {}, cfg0, {})
+    mine_mb = to_theirs({**mine_global, **{k[3:]: v for k, v in cs.items() if k.startswith('ft.')}})
+    dl = UP.DataLoader
+    UP.DataLoader = lambda dataset, batch_size, shuffle: torch.utils.data.DataLoader(dataset, batch_sampler=OursOrder(len(dataset), batch_size, derive_seed(cfg0.seed, 'ft', client)))
+    try:
+        net_mb = TU.get_model(args); net_mb.load_state_dict(mine); args.local_bs = int(cfg0.batch_size)
+        orig_train(UP.LocalUpdate(args=args, dataset=train, idxs=np.asarray(fed.train_idx[client])), net_mb, body_lr=0.0, head_lr=lr, local_eps=int(hp['ft_epochs']))
+    finally: UP.DataLoader = dl
+    ft_mb = dict(batch_size=int(cfg0.batch_size), largest_difference=max((mine_mb[k] - net_mb.state_dict()[k]).abs().max().item() for k in mine_mb),
+                 largest_change=max((mine_mb[k] - mine[k]).abs().max().item() for k in mine_mb))
     res = dict(command='OMP_NUM_THREADS=1 .venv/bin/python ' + ' '.join(sys.argv), commit=head, client=client, samples=len(d), steps=int(steps),
-               ft_epochs=int(hp['ft_epochs']), client_update=upd, fine_tuning=ft)
+               ft_epochs=int(hp['ft_epochs']), client_update=upd, fine_tuning=ft, fine_tuning_minibatches_same_order=ft_mb)
     if out: Path(out).parent.mkdir(parents=True, exist_ok=True); Path(out).write_text(json.dumps(res, indent=1) + '\n')
     print(json.dumps(res, indent=1))
 
@@ -266,6 +286,11 @@ def write_table(folder, out, cell_dir=None):
                   f"steps: the two codes' weights differ by at most {u['largest_difference']:.1e} (the update moves a weight by up to "
                   f"{u['largest_change']:.3f}; the head is unchanged on both sides: {u['head_unchanged_ours'] and u['head_unchanged_theirs']}). "
                   f"{c['ft_epochs']} epochs of head fine-tuning: at most {f['largest_difference']:.1e} apart (a weight moves by up to {f['largest_change']:.3f})."]
+        if 'fine_tuning_minibatches_same_order' in c:
+            m_ = c['fine_tuning_minibatches_same_order']
+            extra += ['', f"The fine-tuning as both runs do it (batches of {m_['batch_size']}, {c['ft_epochs']} epochs), their loader given ours' batch "
+                      f"order: the two codes' heads differ by at most {m_['largest_difference']:.1e} (a weight moves by up to {m_['largest_change']:.3f}). "
+                      "The two fine-tunings are the same computation; the runs differ in the batch orders they draw."]
     diag = {json.loads(p.read_text())['config']['seed']: json.loads(p.read_text()) for p in sorted((Path(folder)/'diagnostics').glob('ours_plain_mean_s*.json'))}
     ds = [s_ for s_ in seeds if s_ in diag]
     if ds:

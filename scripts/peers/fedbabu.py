@@ -235,6 +235,33 @@ def check(folder, commit, config, client=0, steps=3, sets=(), out=None):
     print(json.dumps(res, indent=1))
 
 
+def ft_repeats(folder, commit, config, model, repeats, out, offset=1000, sets=()):
+    """A diagnostic of PM: one trained model (their run's `best_model.pt`, which their `main_fed.py` writes; for seed 0
+    its best round is the last) fine-tuned `repeats` times by each code (their `LocalUpdate.train` from torch seeds
+    offset + r, ours' `finish_client` with run seeds offset + r), the PM of every draw."""
+    import dataclasses
+    from fedloge_nb.federated import client_datasets, seed_everything
+    from fedloge_nb.evaluation import client_scores
+    head = check_commit(folder, commit); folder = Path(folder).resolve()
+    cfg = with_changes(config, None, ['method=fedbabu', *sets]); fed = make_fed_data(**cfg.data_args())
+    UP, TE, orig_train, train, test = patch_theirs(folder, cfg, fed)
+    import utils.train_utils as TU
+    args = argparse.Namespace(local_bs=int(cfg.batch_size), momentum=float(cfg.momentum), wd=float(cfg.weight_decay), local_ep=int(cfg.local_epochs),
+                              device=torch.device('cpu'), num_classes=fed.num_classes, bs=128, gpu=-1, verbose=False)
+    net = TU.get_model(args); net.load_state_dict(torch.load(model)); KEPT['nets'] = [net] * cfg.clients
+    hp = our_hp(cfg); lr = float(cfg.lr if hp['ft_lr'] is None else hp['ft_lr'])
+    ours = get_method('fedbabu')(**hp); seed_everything(cfg.seed); ours.build(fed, cfg)
+    ours.net.load_state_dict({('backbone.' + k[len('features.'):]) if k.startswith('features.') else ('head.' + k[len('linear.'):]): v for k, v in net.state_dict().items()})
+    cl = client_datasets(fed); th, ou = [], []
+    for r in range(int(repeats)):
+        torch.manual_seed(offset + r); th.append(fine_tune_pm(UP, TE, orig_train, train, test, fed, args, hp['ft_epochs'], lr, hp['ft_part'])[0])
+        c2 = dataclasses.replace(cfg, seed=offset + r)
+        ou.append(100 * float(np.mean([client_scores(ours, d, ours.finish_client(0, d, {}, c2, {})[0])['ft'][0] for d in cl])))
+    res = dict(command='OMP_NUM_THREADS=1 .venv/bin/python ' + ' '.join(sys.argv), commit=head, seed=cfg.seed, model=str(model), hp=hp, theirs=th, ours=ou,
+               theirs_mean=float(np.mean(th)), theirs_sd=float(np.std(th, ddof=1)), ours_mean=float(np.mean(ou)), ours_sd=float(np.std(ou, ddof=1)))
+    Path(out).parent.mkdir(parents=True, exist_ok=True); Path(out).write_text(json.dumps(res, indent=1) + '\n'); print(json.dumps(res, indent=1))
+
+
 def run_ours_plain_mean(config, out, rounds=None, sets=()):
     "A diagnostic of ours: our engine's FedBABU with one change, the server's plain (unweighted) mean of the round's bodies, as their main_fed.py averages."
     from fedloge_nb.engine import run_fl
@@ -305,6 +332,14 @@ def write_table(folder, out, cell_dir=None):
         extra += [f"| {s_} | {a_:.2f} | {b_:.2f} | {c_:.2f} | {p_:.2f} |" for s_, a_, b_, c_, p_ in zip(ds, ou, pmn, th, pm_d)]
         extra += ['', f"Theirs minus ours with the plain mean, GM last 3: {dd.mean():+.2f} [{dd.mean() - hh:+.2f}, {dd.mean() + hh:+.2f}] over "
                   f"{len(ds)} seed(s); ours with the plain mean minus ours: {(pmn - ou).mean():+.2f}."]
+    for fr in sorted((Path(folder)/'diagnostics'/'ft_repeats').glob('*.json')):
+        q = json.loads(fr.read_text()); th_, ou_ = np.array(q['theirs']), np.array(q['ours'])
+        run_t = runs.get(q['seed'], {}).get('theirs', {}).get('final_pm', {}).get('pm_acc')
+        extra += ['', f"**PM of one model, fine-tuned again and again** (`{q['command']}`): their seed-{q['seed']} trained model fine-tuned "
+                  f"{len(th_)} times by each code (ft_part {q['hp']['ft_part']}, {q['hp']['ft_epochs']} epochs; only the batch-order draws change): PM "
+                  f"{th_.mean():.2f} (sd {th_.std(ddof=1):.2f}, {th_.min():.2f} to {th_.max():.2f}) by theirs, {ou_.mean():.2f} (sd {ou_.std(ddof=1):.2f}, "
+                  f"{ou_.min():.2f} to {ou_.max():.2f}) by ours; their run's own draw on this model was "
+                  + (f"{run_t:.2f}, below {int((th_ > run_t).sum())} of these {len(th_)} draws." if run_t is not None else "not recorded.")]
     res = common_table(folder, out, method='FedBABU', script='scripts/peers/fedbabu.py', setting=setting, cell_dir=cell_dir, extra_lines=extra)
     # the generic table reads PM from the last 3 evaluations, which FedBABU's fine-tuned PM does not have: its row and remark point to the comparison below
     text = Path(out).read_text().replace("| PM, each code's own (not comparable, below) |", "| PM (see the fine-tuned PM below) |")
@@ -324,8 +359,12 @@ if __name__ == '__main__':
     c = sub.add_parser('check', help=check.__doc__.split('\n')[0]); c.add_argument('folder'); c.add_argument('commit'); c.add_argument('config')
     c.add_argument('--client', type=int, default=0); c.add_argument('--steps', type=int, default=3); c.add_argument('--set', action='append', default=[])
     c.add_argument('--out', default=None, help='also write the result as JSON (the table reads FOLDER/check/client_update.json)')
+    f = sub.add_parser('ft-repeats', help=ft_repeats.__doc__.split('\n')[0]); f.add_argument('folder'); f.add_argument('commit'); f.add_argument('config')
+    f.add_argument('model'); f.add_argument('repeats', type=int); f.add_argument('out'); f.add_argument('--offset', type=int, default=1000)
+    f.add_argument('--set', action='append', default=[])
     a = p.parse_args()
-    if a.side == 'check': check(a.folder, a.commit, a.config, a.client, a.steps, a.set, a.out)
+    if a.side == 'ft-repeats': ft_repeats(a.folder, a.commit, a.config, a.model, a.repeats, a.out, a.offset, a.set)
+    elif a.side == 'check': check(a.folder, a.commit, a.config, a.client, a.steps, a.set, a.out)
     elif a.side == 'theirs': run_theirs(a.folder, a.commit, a.config, a.out, a.rounds, a.set)
     elif a.side == 'ours-plain-mean': run_ours_plain_mean(a.config, a.out, a.rounds, a.set)
     else: write_table(a.folder, a.out, a.cell)

@@ -228,6 +228,36 @@ def run_theirs(folder, commit, config, out, rounds=None, sets=(), sse_norm=None)
                 arguments=dict(script=script, argv=argv[1:]), pm_definition=None, gm_definition=gm_def, **extra)
 
 
+def check_relabel(folder, commit, trials=20):
+    "Eq. 1-4, theirs (`util/FedReLa.py`) against ours (`fedloge_nb.fedrela.relabel`) on the same probabilities and the same uniform draws."
+    head = check_commit(folder, commit); sys.path.insert(0, str(Path(folder).resolve()))
+    import contextlib, io
+    import util.FedReLa as FR
+    from fedloge_nb.fedrela import relabel
+    gen, agree, moved, n_all = np.random.default_rng(0), 0, 0, 0
+    for t in range(trials):
+        C = int(gen.choice([10, 100])); N = int(gen.integers(50, 1500)); top = float(gen.choice([1.0, 2.5, 5.0]))
+        counts = gen.dirichlet(np.full(C, 0.3)); y = gen.choice(C, size=N, p=counts)
+        logits = gen.normal(size=(N, C)) * 3 + 4 * np.eye(C)[y]
+        p = np.exp(logits - logits.max(1, keepdims=True)); p = (p / p.sum(1, keepdims=True)).astype(np.float32)
+        keys = [str(i) for i in range(N)]
+        pred = {k: (p[i], int(y[i])) for i, k in enumerate(keys)}
+        args = types.SimpleNamespace(id='check')
+        with contextlib.redirect_stdout(io.StringIO()):
+            priors, _ = FR.compute_normalized_priors(y, C)
+            mean, std, zdict = FR.compute_classwise_statistics(p, y, keys, C)
+            _, zmat = FR.zscore(pred, mean, std, zdict, 0)
+            thr = FR.compute_adaptive_threshold(zmat, top, args, 0)
+            np.random.seed(t); flags, *_ = FR.get_rho_with_tanh_norm(pred, zdict, priors, thr, C, args)
+        theirs = torch.tensor([int(flags.get(k, y[i])) for i, k in enumerate(keys)])
+        np.random.seed(t); u = torch.from_numpy(np.random.rand(N, C))        # their draws: rand(C) per sample, in order
+        ours = relabel(torch.from_numpy(p), torch.from_numpy(y), torch.bincount(torch.from_numpy(y), minlength=C), top, u)
+        agree += int((ours == theirs).sum()); n_all += N; moved += int((theirs != torch.from_numpy(y)).sum())
+    print(f"{trials} random clients, {n_all} samples: ours and theirs give the same new label for {agree} ({100 * agree / n_all:.3f}%); "
+          f"{moved} samples moved in theirs (authors' commit {head[:7]})")
+    return agree, n_all
+
+
 def write_table(folder, out, cell_dir=None):
     "The comparison as markdown (`common.write_table`) with FedReLa's setting and the secondary heads."
     runs = {}
@@ -274,6 +304,8 @@ if __name__ == '__main__':
     t.add_argument('--rounds', type=int, default=None); t.add_argument('--set', action='append', default=[])
     t.add_argument('--sse-norm', type=float, default=None, help="diagnostic: rescale their SSE-C solve to this mean column norm (theirs: 0.1; ours: gamma 2)")
     w = sub.add_parser('table'); w.add_argument('folder'); w.add_argument('out'); w.add_argument('--cell', default=None)
+    c = sub.add_parser('check', help="Eq. 1-4 of theirs against ours on random clients"); c.add_argument('folder'); c.add_argument('commit')
     a = p.parse_args()
-    if a.side == 'theirs': run_theirs(a.folder, a.commit, a.config, a.out, a.rounds, a.set, a.sse_norm)
+    if a.side == 'check': check_relabel(a.folder, a.commit)
+    elif a.side == 'theirs': run_theirs(a.folder, a.commit, a.config, a.out, a.rounds, a.set, a.sse_norm)
     else: write_table(a.folder, a.out, a.cell)

@@ -285,6 +285,20 @@ def write_table(folder, out, cell_dir=None):
             oc.append(np.mean([float(r['gm_acc_sse_c']) for r in h if r.get('gm_acc_sse_c')][-3:]))
         lines += [f"Ours, the SSE-C head from the leaderboard cells' history (the same config), GM last 3 per seed: {', '.join(f(x) for x in oc)} "
                   f"(mean {f(np.mean(oc))}, theirs {f(np.mean(th))}; theirs minus ours {np.mean(np.array(th) - np.array(oc)):+.2f})."]
+    dd = [runs[s]['theirs']['summary']['gm_acc_last3'] - runs[s]['ours']['summary']['gm_acc_last3'] for s in seeds]
+    sign = 'below' if max(dd) < 0 else 'above' if min(dd) > 0 else None
+    lines += ['', f"Per seed, theirs minus ours (GM last 3): {', '.join(f'{x:+.2f}' for x in dd)}" +
+              (f"; every seed {sign} 0: with {len(seeds)} seeds the t-interval above is wide (t = 4.30 at 2 degrees of freedom), so the rule's verdict "
+               f"does not mean the two agree." if sign and len(seeds) < 5 else '.')]
+    diag = sorted(Path(folder, 'diagnostics').glob('theirs_ssenorm*_s*.json')) if Path(folder, 'diagnostics').is_dir() else []
+    if diag:
+        dr = {json.loads(p.read_text())['config']['seed']: json.loads(p.read_text()) for p in diag}
+        ds = [s for s in seeds if s in dr]
+        g = lambda s, k: dr[s]['summary'][k]
+        lines += ['', f"Diagnostic (`diagnostics/`, `--sse-norm {dr[ds[0]].get('sse_norm')}`: their run with only their SSE-C solve rescaled to our column norm, "
+                  f"seeds {', '.join(map(str, ds))}): GM (GA-FR) last 3 {', '.join(f(g(s, 'gm_acc_last3')) for s in ds)} (mean {f(np.mean([g(s, 'gm_acc_last3') for s in ds]))}, "
+                  f"ours {f(np.mean([runs[s]['ours']['summary']['gm_acc_last3'] for s in ds]))}); few (last 3) mean {f(np.mean([g(s, 'gm_few_last3') for s in ds]))} "
+                  f"(ours {f(np.mean([runs[s]['ours']['summary']['gm_few_last3'] for s in ds]))}); SSE-C head last 3 {', '.join(f(g(s, 'gm_acc_sse_c_last3')) for s in ds)}."]
     rs = [runs[s]['theirs'].get('rela_share') for s in seeds]; nc = [len(runs[s]['theirs'].get('relabelled_clients', [])) for s in seeds]
     lines += ['', f"Relabelled share of the relabelling clients' samples, theirs: {', '.join(f(100 * x) + '%' for x in rs)}; clients that relabelled "
               f"(their code relabels a client only if it trains in round {int(0.8 * c['rounds']) + 1}, the store round; the others read no file and keep "

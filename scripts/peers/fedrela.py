@@ -299,6 +299,18 @@ def write_table(folder, out, cell_dir=None):
                   f"seeds {', '.join(map(str, ds))}): GM (GA-FR) last 3 {', '.join(f(g(s, 'gm_acc_last3')) for s in ds)} (mean {f(np.mean([g(s, 'gm_acc_last3') for s in ds]))}, "
                   f"ours {f(np.mean([runs[s]['ours']['summary']['gm_acc_last3'] for s in ds]))}); few (last 3) mean {f(np.mean([g(s, 'gm_few_last3') for s in ds]))} "
                   f"(ours {f(np.mean([runs[s]['ours']['summary']['gm_few_last3'] for s in ds]))}); SSE-C head last 3 {', '.join(f(g(s, 'gm_acc_sse_c_last3')) for s in ds)}."]
+    nr = sorted(Path(folder, 'diagnostics').glob('theirs_norela_*_s*.json')) if Path(folder, 'diagnostics').is_dir() else []
+    if nr and cell_dir is not None:
+        dr = {json.loads(p.read_text())['config']['seed']: json.loads(p.read_text()) for p in nr}
+        ds = [s for s in seeds if s in dr]
+        base_cell = lambda s: Path(str(cell_dir).replace(f"{c['method']}_rela_top{c['hp'].get('rela_top')}", c['method'].split('+')[0]).replace('_s0', f'_s{s}'))
+        ob = [json.loads((base_cell(s)/'summary.json').read_text())['gm_acc_lastk'] for s in ds]
+        tb = [dr[s]['summary']['gm_acc_last3'] for s in ds]
+        tr = [runs[s]['theirs']['summary']['gm_acc_last3'] for s in ds]; orr = [runs[s]['ours']['summary']['gm_acc_last3'] for s in ds]
+        lines += ['', f"Diagnostic (`diagnostics/`, `--set hp.rela_start=1.0`: their base alone, no relabelling), seeds {', '.join(map(str, ds))}: GM last 3 "
+                  f"{', '.join(f(x) for x in tb)} (mean {f(np.mean(tb))}); relabelling adds {np.mean(np.array(tr) - np.array(tb)):+.2f} in theirs. Ours, the base's "
+                  f"leaderboard cells (`{base_cell(0).name}` and its seeds, GM last 3) {', '.join(f(x) for x in ob)} (mean {f(np.mean(ob))}); relabelling adds "
+                  f"{np.mean(np.array(orr) - np.array(ob)):+.2f} in ours. Base gap, theirs minus ours: {np.mean(np.array(tb) - np.array(ob)):+.2f}."]
     rs = [runs[s]['theirs'].get('rela_share') for s in seeds]; nc = [len(runs[s]['theirs'].get('relabelled_clients', [])) for s in seeds]
     lines += ['', f"Relabelled share of the relabelling clients' samples, theirs: {', '.join(f(100 * x) + '%' for x in rs)}; clients that relabelled "
               f"(their code relabels a client only if it trains in round {int(0.8 * c['rounds']) + 1}, the store round; the others read no file and keep "

@@ -41,9 +41,10 @@ def summarise_rows(rows: list) -> dict:
 WIDE = 3.0   # points: the largest interval half-width under which "holds 0" is read as agreement
 
 def verdict(d: dict, wide: float = WIDE) -> str:
-    "'differs' (the interval excludes 0), 'agrees' (holds 0, half-width <= wide), 'no difference found, interval wide', or 'too few seeds'."
+    "'differs' (the interval excludes 0, or every seed differs by more than `wide` in one direction), 'agrees' (holds 0, half-width <= wide), 'no difference found, interval wide', or 'too few seeds'."
     if d.get('lo') is None: return 'too few seeds'
     if d['lo'] > 0 or d['hi'] < 0: return 'differs'
+    if d.get('min') is not None and (d['min'] > wide or d['max'] < -wide): return 'differs'
     return 'agrees' if (d['hi'] - d['lo']) / 2 <= wide else "no difference found, interval wide"
 
 # %% ../nbs/15f_peers.ipynb #3ff28b87
@@ -53,10 +54,10 @@ def compare(folder, metric: str = 'gm_acc_last3') -> dict:
     if not pairs: raise ValueError(f"{folder}: no seed with both an ours_*.json and a theirs_*.json; run both sides of the adapter first")
     o = np.array([p['ours']['summary'][metric] for p in pairs.values()], float)
     t = np.array([p['theirs']['summary'][metric] for p in pairs.values()], float)
-    d = diff_interval(t - o)
+    d = dict(diff_interval(t - o), min=float((t - o).min()), max=float((t - o).max()))
     t0 = next(iter(pairs.values()))['theirs']
     return dict(folder=str(folder), metric=metric, seeds=list(pairs), ours=float(o.mean()), theirs=float(t.mean()),
-                ours_std=float(o.std(ddof=1)) if len(o) > 1 else None, **d, min=float((t - o).min()), max=float((t - o).max()),
+                ours_std=float(o.std(ddof=1)) if len(o) > 1 else None, **d,
                 verdict=verdict(d), repository=t0.get('repository'), commit=t0.get('commit'))
 
 # %% ../nbs/15f_peers.ipynb #c2483f34

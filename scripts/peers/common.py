@@ -117,7 +117,8 @@ def write_table(folder, out, *, method, script, setting, pm_note=None, cell_dir=
         lines.append(f"| PM, each code's own (not comparable, below) | {f(po)} (final) | {f(pt)} (last 3) | - | - |")
     v = ci['gm_acc_last3']['verdict']
     lines += ['', f"Verdict on GM, mean of the last 3 evaluations: **{v}** (chapter 15f: 'differs' when the 95% interval of theirs minus ours "
-              f"excludes 0; 'agrees' when it holds 0 and its half-width is at most {WIDE:g} points)."]
+              f"excludes 0 or every seed differs by more than {WIDE:g} points in one direction; 'agrees' when it holds 0 and its half-width is "
+              f"at most {WIDE:g} points)."]
     lines += ['', '| seed | GM final ours | GM final theirs | GM last 3 ours | GM last 3 theirs | few (last 3) ours | few (last 3) theirs | wall s ours / theirs |',
               '|---|---|---|---|---|---|---|---|']
     for s in seeds:

@@ -1,0 +1,144 @@
+"""Fed-GraB by its authors' code (ZackZikaiXiao/FedGraB) beside ours, on the same data, model, client sampling and optimiser.
+
+    OMP_NUM_THREADS=1 .venv/bin/python scripts/peers/fedgrab.py theirs FOLDER COMMIT CONFIG.json OUT.json [--rounds N] [--set k=v ...]
+    OMP_NUM_THREADS=1 .venv/bin/python scripts/peers/common.py ours CONFIG.json OUT.json [--rounds N] [--set k=v ...]
+    .venv/bin/python scripts/peers/fedgrab.py table FOLDER OUT.md [--cell CELL_DIR_OF_SEED_0]
+
+FOLDER is a checkout of https://github.com/ZackZikaiXiao/FedGraB at COMMIT (checked with git; its code is run from
+there, never copied into this repository). CONFIG.json is a leaderboard cell's `config.json` (e.g.
+`results/sweeps/leaderboard_if100/fmnist_if100_a0.5_fedgrab_kp1_s0/config.json`): its data arguments, seed, rounds,
+clients, frac, batch size, lr, momentum and Fed-GraB's K_p are used by both sides (`--set` changes both alike).
+
+What of theirs runs unmodified: `util.losses.PIDLOSS` and `PID` (the per-class PID controllers in their incremental
+"PID_DELTA" form, the map 10/9 / (1/9 + exp(-x/2)), the BCE summed over classes / batch, the backward hook that
+re-weights the logit gradients, releases tail classes at random and accumulates the positive and negative gradient
+magnitudes), one `PIDLOSS` per client built as their `fed_grab.py` builds it (`pidmask=["head", "middle"]`,
+`get_3shotclass(tail_class=every class)`, `apply_3shot_mask`, `apply_class_activation`: every controller open, kept
+across rounds), `util.update_baseline.LocalUpdate.update_weights_pid` (their local training: SGD over the backbone's
+parameters only, momentum, the loss on `GBA_Layer(net(images))`; so their classifier never trains, as in their code),
+and `util.fedavg.FedAvg_Rod` (sample-weighted averaging of backbone and classifier). Their round loop is in
+`fed_grab.py`'s `__main__` block, which cannot be imported; `run_theirs` below is that block statement for statement
+(the per-client classifiers `g_linears`, `update_weights_pid` on a deep copy of the global backbone, `FedAvg_Rod`,
+every client's classifier reset to the averaged one after the round), with these replaced:
+
+- data: their `myDataset` downloads CIFAR-10 and partitions it itself; here `dataset_train` is the package's
+  long-tailed training pool (`fedloge_nb.data.make_fed_data` for the cell's data arguments, so the same seed gives
+  the same split, as a `TensorSet`) and `dict_users[k]` the package's client training indices. Their `LocalUpdate`
+  builds its loader over it (batch `local_bs` = the cell's batch size, shuffled).
+- model: their `build_model(args)` gives a ResNet backbone with 512-d features and the classifier is
+  `nn.Linear(512 * block_expansion, num_classes)`; here the backbone is the package's CNN (`make_backbone`, the cell's
+  `cnn`) and the classifier `nn.Linear(backbone.feature_dim, num_classes)`, written as theirs (with a bias, their
+  default init). Built in their order: backbone, global classifier, then one classifier per client.
+- client sampling: their `fed_grab.py` sets `args.frac = 1` and trains every client every round (the
+  `np.random.choice` draw is not used by the loop); here the round's clients are the package's
+  `sample_clients(clients, frac, seed, round)` (rounds from 1), so both sides train the same clients; those clients
+  only are trained and averaged (their `dict_len` over `idxs_users`), the others' controllers wait.
+- hyperparameters: `PID.Kp` is a constant 10 in their class; ours exposes it (`kp`) and the cell's value (1.0) is set
+  on every controller after construction. K_i 0.01 and K_d 0.1 are theirs and ours alike. lr, momentum, local
+  epochs, batch size from the cell (their optimiser has no weight decay, the cell's is 0; their lr is constant, the
+  cell's lr decay is 1). Their code has no DPA (every class is a tail class, every controller open); ours runs
+  its DPA after round `dpa_round` (5 in the cell); theirs is left without it: a difference of the methods as written.
+- seeds and device: their script seeds nothing (the seed lines of their `main.py` are commented out); `torch`,
+  `numpy` and `random` are seeded with the cell's seed before the model is built, so a run is repeatable. Device
+  `cpu` through their `args.device`. Their per-round `globaltest` (hard-coded CIFAR-10 shot groups) is replaced by
+  `common.gm_row` on the balanced test set at rounds 10, 20, ..., 100 (GM and the package's many/med/few).
+
+Their code reports no personalised accuracy (their `localtest` is not called by `fed_grab.py`), so PM is ours only.
+"""
+import argparse, copy, json, random, sys, time
+from pathlib import Path
+import numpy as np
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import check_commit, with_changes, save_theirs, gm_row, write_table as common_table, TensorSet, EVAL_ROUNDS
+from fedloge_nb.federated import FedConfig, sample_clients
+from fedloge_nb.data import make_fed_data
+from fedloge_nb.models import make_backbone
+
+
+def import_theirs(folder):
+    "Their modules (local update, loss, averaging) from the checkout."
+    sys.path.insert(0, str(folder))
+    from util.update_baseline import LocalUpdate
+    from util.losses import PIDLOSS
+    from util.fedavg import FedAvg_Rod
+    return LocalUpdate, PIDLOSS, FedAvg_Rod
+
+
+def run_theirs(folder, commit, config, out, rounds=None, sets=()):
+    head = check_commit(folder, commit); folder = Path(folder).resolve()
+    cfg = with_changes(config, rounds, sets)
+    if cfg.lr_decay != 1.0 or cfg.weight_decay != 0.0:
+        sys.exit("their optimiser has a constant lr and no weight decay: the cell's lr_decay must be 1 and weight_decay 0")
+    fed = make_fed_data(**cfg.data_args())
+    LocalUpdate, PIDLOSS, FedAvg_Rod = import_theirs(folder)
+    kp = float(cfg.hp.get('kp', 10.0)); ki = float(cfg.hp.get('ki', 0.01)); kd = float(cfg.hp.get('kd', 0.1))
+    args = argparse.Namespace(lr=float(cfg.lr), momentum=float(cfg.momentum), local_bs=int(cfg.batch_size), local_ep=int(cfg.local_epochs),
+                              num_users=int(cfg.clients), rounds=int(cfg.rounds), seed=int(cfg.seed), beta=0, loss_type='CE',
+                              num_classes=int(fed.num_classes), device='cpu')
+    torch.manual_seed(cfg.seed); np.random.seed(cfg.seed); random.seed(cfg.seed)
+    dataset_train = TensorSet(fed.x_train, fed.y_train)
+    dict_users = {k: fed.train_idx[k].tolist() for k in range(args.num_users)}
+    num_classes = fed.num_classes
+
+    # --- their fed_grab.py __main__, the data, model and sampling replaced (see the docstring)
+    g_backbone = make_backbone(cfg.model, fed.in_channels, fed.img_size).to(args.device)
+    d = g_backbone.feature_dim
+    g_classifier = nn.Linear(d, num_classes).to(args.device)
+    g_linears = [nn.Linear(d, num_classes) for i in range(args.num_users)]
+    for i in range(args.num_users):
+        g_linears[i] = g_linears[i].to(args.device)
+    g_pid_losses = [PIDLOSS(device=args.device, pidmask=["head", "middle"], class_activation=False, num_classes=num_classes) for i in range(args.num_users)]
+    for idx in range(args.num_users):
+        g_pid_losses[idx].get_3shotclass(head_class=[], middle_class=[], tail_class=[])
+    for idx in range(args.num_users):
+        g_pid_losses[idx].get_3shotclass(head_class=[], middle_class=[], tail_class=list(range(num_classes)))
+        g_pid_losses[idx].apply_3shot_mask()
+        g_pid_losses[idx].apply_class_activation()
+        for c in g_pid_losses[idx].controllers: c.Kp, c.Ki, c.Kd = kp, ki, kd      # the cell's K_p (theirs: a constant 10)
+
+    rows, evals = [], set(EVAL_ROUNDS(cfg.rounds))
+    t0 = time.time()
+    for rnd in range(args.rounds):
+        backbone_w_locals, linear_w_locals, loss_locals = [], [], []
+        idxs_users = [int(k) for k in sample_clients(cfg.clients, cfg.frac, cfg.seed, rnd + 1)]
+        for idx in idxs_users:
+            local = LocalUpdate(args=args, dataset=dataset_train, idxs=dict_users[idx])
+            backbone_w_local, linear_w_local, loss_local = local.update_weights_pid(net=copy.deepcopy(g_backbone).to(args.device), seed=args.seed, epoch=args.local_ep,
+                                                                                    GBA_Loss=g_pid_losses[idx], GBA_Layer=g_linears[idx])
+            backbone_w_locals.append(copy.deepcopy(backbone_w_local))
+            linear_w_locals.append(copy.deepcopy(linear_w_local))
+            loss_locals.append(copy.deepcopy(loss_local))
+        dict_len = [len(dict_users[idx]) for idx in idxs_users]
+        backbone_w_avg, linear_w_avg = FedAvg_Rod(backbone_w_locals, linear_w_locals, dict_len)
+        g_backbone.load_state_dict(copy.deepcopy(backbone_w_avg))
+        g_classifier.load_state_dict(copy.deepcopy(linear_w_avg))
+        g_linears = [copy.deepcopy(g_classifier) for i in range(args.num_users)]
+        if rnd + 1 in evals:
+            rows.append(gm_row(rnd + 1, nn.Sequential(copy.deepcopy(g_backbone), copy.deepcopy(g_classifier)), fed, args.device))
+            print(f"round {rnd + 1}: GM {rows[-1]['gm_acc']:.2f} few {rows[-1]['gm_few']:.2f} loss {np.mean(loss_locals):.4f} ({time.time() - t0:.0f} s)", flush=True)
+    dt = time.time() - t0
+    save_theirs(out, repository='https://github.com/ZackZikaiXiao/FedGraB', commit=head, cfg=cfg, rows=rows, wall_s=dt,
+                arguments=dict(vars(args), Kp=kp, Ki=ki, Kd=kd, pidmask=["head", "middle"], tail_class=list(range(num_classes))), pm_definition=None)
+
+
+def write_table(folder, out, cell_dir=None):
+    "The comparison as markdown (`common.write_table`) with Fed-GraB's setting."
+    c = json.loads(next(Path(folder).glob('ours_*.json')).read_text())['config']
+    setting = (f"Setting: the leaderboard's stage 2 at {c['dataset']} IF {c['imb_factor']}, Dirichlet alpha {c['alpha']} (Fed-GraB at the variant stage 1 chose, "
+               f"hp {c['hp']}): {c['clients']} clients, frac {c['frac']}, {c['rounds']} rounds x {c['local_epochs']} local epoch, "
+               f"batch {c['batch_size']}, lr {c['lr']}, momentum {c['momentum']}, weight decay {c['weight_decay']}, val_frac {c.get('val_frac', 0)}.")
+    return common_table(folder, out, method='Fed-GraB', script='scripts/peers/fedgrab.py', setting=setting, cell_dir=cell_dir)
+
+
+if __name__ == '__main__':
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    sub = p.add_subparsers(dest='side', required=True)
+    t = sub.add_parser('theirs'); t.add_argument('folder'); t.add_argument('commit'); t.add_argument('config'); t.add_argument('out')
+    t.add_argument('--rounds', type=int, default=None); t.add_argument('--set', action='append', default=[])
+    w = sub.add_parser('table'); w.add_argument('folder'); w.add_argument('out'); w.add_argument('--cell', default=None)
+    a = p.parse_args()
+    if a.side == 'theirs': run_theirs(a.folder, a.commit, a.config, a.out, a.rounds, a.set)
+    else: write_table(a.folder, a.out, a.cell)

@@ -43,6 +43,10 @@ every client's classifier reset to the averaged one after the round), with these
   `cpu` through their `args.device`. Their per-round `globaltest` (hard-coded CIFAR-10 shot groups) is replaced by
   `common.gm_row` on the balanced test set at rounds 10, 20, ..., 100 (GM and the package's many/med/few).
 
+`--variant train_head` (a diagnostic, not their code; its JSONs are kept apart from the table's) hands their
+`update_weights_pid` the backbone and the client's classifier as one `net` (and an identity `GBA_Layer`), so that their
+optimiser steps the classifier too, as ours and FedLTLib's port (gzhu-hcai/LongTailLib, `clientgrab.py`) do.
+
 Their code reports no personalised accuracy (their `localtest` is not called by `fed_grab.py`), so PM is ours only.
 """
 import argparse, copy, json, random, sys, time
@@ -67,7 +71,13 @@ def import_theirs(folder):
     return LocalUpdate, PIDLOSS, FedAvg_Rod
 
 
-def run_theirs(folder, commit, config, out, rounds=None, sets=()):
+class _Both(nn.Module):
+    "Diagnostic `--variant train_head`: backbone and the client's classifier as one `net`, so that their optimiser (over `net.parameters()`) steps both."
+    def __init__(self, b, h): super().__init__(); self.b, self.h = b, h
+    def forward(self, x): return self.h(self.b(x))
+
+
+def run_theirs(folder, commit, config, out, rounds=None, sets=(), variant='none'):
     head = check_commit(folder, commit); folder = Path(folder).resolve()
     cfg = with_changes(config, rounds, sets)
     if cfg.lr_decay != 1.0 or cfg.weight_decay != 0.0:
@@ -106,8 +116,14 @@ def run_theirs(folder, commit, config, out, rounds=None, sets=()):
         idxs_users = [int(k) for k in sample_clients(cfg.clients, cfg.frac, cfg.seed, rnd + 1)]
         for idx in idxs_users:
             local = LocalUpdate(args=args, dataset=dataset_train, idxs=dict_users[idx])
-            backbone_w_local, linear_w_local, loss_local = local.update_weights_pid(net=copy.deepcopy(g_backbone).to(args.device), seed=args.seed, epoch=args.local_ep,
-                                                                                    GBA_Loss=g_pid_losses[idx], GBA_Layer=g_linears[idx])
+            if variant == 'train_head':                  # diagnostic only: the classifier trains with the backbone
+                both, loss_local = local.update_weights_pid(net=_Both(copy.deepcopy(g_backbone), g_linears[idx]), seed=args.seed, epoch=args.local_ep,
+                                                            GBA_Loss=g_pid_losses[idx], GBA_Layer=nn.Identity())[::2]
+                backbone_w_local = {k[2:]: v for k, v in both.items() if k.startswith('b.')}
+                linear_w_local = {k[2:]: v for k, v in both.items() if k.startswith('h.')}
+            else:
+                backbone_w_local, linear_w_local, loss_local = local.update_weights_pid(net=copy.deepcopy(g_backbone).to(args.device), seed=args.seed, epoch=args.local_ep,
+                                                                                        GBA_Loss=g_pid_losses[idx], GBA_Layer=g_linears[idx])
             backbone_w_locals.append(copy.deepcopy(backbone_w_local))
             linear_w_locals.append(copy.deepcopy(linear_w_local))
             loss_locals.append(copy.deepcopy(loss_local))
@@ -121,7 +137,8 @@ def run_theirs(folder, commit, config, out, rounds=None, sets=()):
             print(f"round {rnd + 1}: GM {rows[-1]['gm_acc']:.2f} few {rows[-1]['gm_few']:.2f} loss {np.mean(loss_locals):.4f} ({time.time() - t0:.0f} s)", flush=True)
     dt = time.time() - t0
     save_theirs(out, repository='https://github.com/ZackZikaiXiao/FedGraB', commit=head, cfg=cfg, rows=rows, wall_s=dt,
-                arguments=dict(vars(args), Kp=kp, Ki=ki, Kd=kd, pidmask=["head", "middle"], tail_class=list(range(num_classes))), pm_definition=None)
+                arguments=dict(vars(args), Kp=kp, Ki=ki, Kd=kd, pidmask=["head", "middle"], tail_class=list(range(num_classes))), pm_definition=None,
+                variant=variant)
 
 
 def write_table(folder, out, cell_dir=None):
@@ -138,7 +155,8 @@ if __name__ == '__main__':
     sub = p.add_subparsers(dest='side', required=True)
     t = sub.add_parser('theirs'); t.add_argument('folder'); t.add_argument('commit'); t.add_argument('config'); t.add_argument('out')
     t.add_argument('--rounds', type=int, default=None); t.add_argument('--set', action='append', default=[])
+    t.add_argument('--variant', default='none', choices=('none', 'train_head'), help="diagnostic: 'train_head' lets their optimiser step the classifier too (not their code)")
     w = sub.add_parser('table'); w.add_argument('folder'); w.add_argument('out'); w.add_argument('--cell', default=None)
     a = p.parse_args()
-    if a.side == 'theirs': run_theirs(a.folder, a.commit, a.config, a.out, a.rounds, a.set)
+    if a.side == 'theirs': run_theirs(a.folder, a.commit, a.config, a.out, a.rounds, a.set, a.variant)
     else: write_table(a.folder, a.out, a.cell)

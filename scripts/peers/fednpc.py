@@ -17,9 +17,9 @@ SGD lr 0.1, momentum 0.9 on a fresh batch of M = 10000 N(0, I) features with uni
 epochs, each evaluated on the test set, the best kept). Replaced at import time, in their module's namespace only:
 
 - data: `datasets.CIFAR10` returns the package's long-tailed training pool (train) and balanced test set (test)
-  (`fedloge_nb.data.make_fed_data` for the cell's data arguments, as `TensorSet`s), and `train_long_tail` /
-  `clients_indices` return the package's per-class pool indices and client training indices (their own long-tail
-  subsampling and Dirichlet partition would re-split it). Their `local_train` augments every batch with
+  (`fedloge_nb.data.make_fed_data` for the cell's data arguments, as `TensorSet`s), and `classify_label` /
+  `train_long_tail` / `clients_indices` return the package's per-class pool indices and client training indices
+  (their own long-tail subsampling and Dirichlet partition would re-split it). Their `local_train` augments every batch with
   `RandomCrop(32, padding=4)` and `RandomHorizontalFlip` (CIFAR's size, applied to a whole batch at once); the package
   applies its dataset's own training augmentation (`fed.augment`: none for FMNIST; 'cifar', a per-image crop and
   flip, for CIFAR), so their `transforms` in the module is a stub whose `Compose` applies `augment_batch(x, fed.augment)`

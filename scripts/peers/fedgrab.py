@@ -141,6 +141,52 @@ def run_theirs(folder, commit, config, out, rounds=None, sets=(), variant='none'
                 variant=variant)
 
 
+def check(folder, commit, config, client=0, rounds=3, sets=(), their_kp=None):
+    """One client's local updates by both codes from the same model on the same batches: ours (`FedGraB.client_update`)
+    and theirs (`update_weights_pid` with `PIDLOSS`, their classifier handed to their optimiser as in `--variant
+    train_head`, since ours trains it), the random releases of tail classes drawn from one seeded stream on each side.
+    `rounds` successive updates of the same client (its controllers carried on, the model reset to the same start each
+    time); prints the largest differences of the parameters and of the controllers' states. `their_kp` (a negative
+    control): their K_p set to another value than ours."""
+    head = check_commit(folder, commit); folder = Path(folder).resolve()
+    cfg = with_changes(config, None, sets)
+    fed = make_fed_data(**cfg.data_args())
+    LocalUpdate, PIDLOSS, FedAvg_Rod = import_theirs(folder)
+    import util.losses as L
+    import fedloge_nb.fedgrab as G
+    from fedloge_nb.engine import start_run
+    algo = G.FedGraB(**cfg.hp); cds, css, gs = start_run(algo, fed, cfg)
+    gs = {k: v.clone() for k, v in gs.items()}
+    gT, gO = torch.Generator().manual_seed(123), torch.Generator().manual_seed(123)
+    L.random_unit = lambda p: torch.rand(1, generator=gT).item() < p           # theirs: one draw per tail class, as ours
+    orig = G.release_mask; G.release_mask = lambda tail, generator=None: orig(tail, gO)
+    h = algo.hp; C = fed.num_classes
+    loss = PIDLOSS(device='cpu', pidmask=["head", "middle"], class_activation=False, num_classes=C)
+    loss.get_3shotclass(head_class=[], middle_class=[], tail_class=list(range(C))); loss.apply_3shot_mask(); loss.apply_class_activation()
+    for c in loss.controllers: c.Kp, c.Ki, c.Kd = (h['kp'] if their_kp is None else their_kp), h['ki'], h['kd']
+    args = argparse.Namespace(lr=float(cfg.lr), momentum=float(cfg.momentum), local_bs=int(cfg.batch_size), local_ep=int(cfg.local_epochs), device='cpu')
+    cs = css[client]; d = cds[client]; out = []
+    for r in range(1, rounds + 1):
+        seed = 1000 + r
+        res = algo.client_update(gs, cs, d, cfg, seed); cs = res.client_state
+        ours = {k: v.detach().clone() for k, v in algo.local.state_dict().items()}
+        net = _Both(copy.deepcopy(algo.net.backbone), copy.deepcopy(algo.net.head)); net.load_state_dict({('b.' + k[9:] if k.startswith('backbone.') else 'h.' + k[5:]): v for k, v in gs.items()})
+        local = LocalUpdate(args=args, dataset=TensorSet(fed.x_train, fed.y_train), idxs=fed.train_idx[client].tolist())
+        local.ldr_train = [(xb.clone(), yb.clone()) for xb, yb in d.batches(cfg.batch_size, seed, cfg.local_epochs)]
+        sd = local.update_weights_pid(net=net, seed=0, epoch=args.local_ep, GBA_Loss=loss, GBA_Layer=nn.Identity())[0]
+        theirs = {('backbone.' + k[2:] if k.startswith('b.') else 'head.' + k[2:]): v for k, v in sd.items()}
+        dp = max((ours[k].float() - theirs[k].float()).abs().max().item() for k in theirs)
+        scale = max(ours[k].float().abs().max().item() for k in theirs)
+        dout = (cs['grab.out'] - torch.tensor([float(c.out) for c in loss.controllers])).abs().max().item()
+        dpos = (cs['grab.pos'] - loss.pos_grad).abs().max().item(); dneg = (cs['grab.neg'] - loss.neg_grad).abs().max().item()
+        moved = max((ours[k].float() - gs[k].float()).abs().max().item() for k in theirs)
+        line = (f"client {client}, update {r} ({len(d)} samples, {len(local.ldr_train)} steps): parameters max |ours - theirs| {dp:.2e} (largest parameter {scale:.2f}, "
+                f"largest change in the update {moved:.2e}); controller outputs {dout:.2e} (largest {cs['grab.out'].abs().max().item():.2f}); "
+                f"positive sums {dpos:.2e}, negative sums {dneg:.2e} (largest {max(cs['grab.pos'].max().item(), cs['grab.neg'].max().item()):.2f})")
+        print(line, flush=True); out.append(line)
+    return out
+
+
 def write_table(folder, out, cell_dir=None):
     "The comparison as markdown (`common.write_table`) with Fed-GraB's setting."
     c = json.loads(next(Path(folder).glob('ours_*.json')).read_text())['config']
@@ -156,7 +202,12 @@ if __name__ == '__main__':
     t = sub.add_parser('theirs'); t.add_argument('folder'); t.add_argument('commit'); t.add_argument('config'); t.add_argument('out')
     t.add_argument('--rounds', type=int, default=None); t.add_argument('--set', action='append', default=[])
     t.add_argument('--variant', default='none', choices=('none', 'train_head'), help="diagnostic: 'train_head' lets their optimiser step the classifier too (not their code)")
+    c = sub.add_parser('check', help="one client's updates by both codes from the same model and batches (see `check`)")
+    c.add_argument('folder'); c.add_argument('commit'); c.add_argument('config'); c.add_argument('--client', type=int, default=0)
+    c.add_argument('--rounds', type=int, default=3); c.add_argument('--set', action='append', default=[])
+    c.add_argument('--their_kp', type=float, default=None, help="a negative control: their K_p (ours keeps the config's)")
     w = sub.add_parser('table'); w.add_argument('folder'); w.add_argument('out'); w.add_argument('--cell', default=None)
     a = p.parse_args()
     if a.side == 'theirs': run_theirs(a.folder, a.commit, a.config, a.out, a.rounds, a.set, a.variant)
+    elif a.side == 'check': check(a.folder, a.commit, a.config, a.client, a.rounds, a.set, a.their_kp)
     else: write_table(a.folder, a.out, a.cell)

@@ -197,6 +197,62 @@ def stage2_result(M, calls, E, cfg, fed, args) -> dict:
                 chosen=pick(row(kept)), last_epoch=pick(row(epochs[-1][0])) if epochs else None)
 
 
+def check(folder, commit, config, client=0, rounds=2, their_momentum=None):
+    """Both codes from the same model on the same data. Stage 1: `rounds` local updates of one client, ours
+    (`FedNPC.client_update`, FedAvg's) and theirs (`Local.local_train`, its loader handed our batches of the same
+    seed; `their_momentum`, a negative control: their local SGD's momentum, e.g. their own 0). Stage 2: from the classifier that update left, their `re_train_classifier` (E = 6) and our `npc_candidates`
+    (5 steps) on the same noise batches (theirs recorded, handed to ours): the classifier after every epoch. Prints the
+    largest differences."""
+    head = check_commit(folder, commit); folder = Path(folder).resolve()
+    cfg = with_changes(config)
+    fed = make_fed_data(**cfg.data_args())
+    import fedloge_nb.fednpc as N
+    from fedloge_nb.engine import start_run
+    algo = N.FedNPC(**cfg.hp); cds, css, gs = start_run(algo, fed, cfg)
+    args = argparse.Namespace(num_classes=int(fed.num_classes), num_epochs_local_training=int(cfg.local_epochs), batch_size_local_training=int(cfg.batch_size),
+                              batch_size_test=500, lr_local_training=float(cfg.lr), device='cpu', seed=int(cfg.seed), lr=0.1, E=6, M=10000)
+    rec = dict(stage=2, calls=0, evals=set(), rows=[], stage2=[], stage1_params=None)
+    torch.Tensor.cuda = lambda self, *a, **k: self
+    nn.Module.cuda = lambda self, *a, **k: self
+    M = load_theirs(folder, cfg, fed, args, rec)
+    if their_momentum is not None: M.SGD = lambda params, lr: torch.optim.SGD(params, lr=lr, momentum=their_momentum)
+    to_theirs = lambda sd: {('base.' + k[9:] if k.startswith('backbone.') else 'classifier.' + k[5:]): v.clone() for k, v in sd.items()}
+    to_ours = lambda sd: {('backbone.' + k[5:] if k.startswith('base.') else 'head.' + k[11:]): v for k, v in sd.items()}
+    d = cds[client]; out = []; g = {k: v.clone() for k, v in gs.items()}
+    for r in range(1, rounds + 1):
+        seed = 1000 + r
+        ours = {k: v.detach().clone() for k, v in algo.client_update(g, css[client], d, cfg, seed).state.items()}
+        batches = [(xb.clone(), yb.clone()) for xb, yb in d.batches(cfg.batch_size, seed, cfg.local_epochs)]
+        M.DataLoader = lambda dataset=None, batch_size=None, shuffle=None, **kw: batches
+        local = M.Local(data_client=None, class_list=None)
+        theirs = to_ours(local.local_train(args, to_theirs(g))[0])
+        dp = max((ours[k] - theirs[k]).abs().max().item() for k in theirs); moved = max((ours[k] - g[k]).abs().max().item() for k in theirs)
+        line = f"stage 1, client {client}, update {r} ({len(d)} samples, {len(batches)} steps): parameters max |ours - theirs| {dp:.2e} (largest change in the update {moved:.2e})"
+        print(line, flush=True); out.append(line)
+        g = ours                                         # the next update starts from this one's model
+    noise = []
+    gen = M.generate_noisy_batch
+    def recorded(a, n_classes, dim):
+        f, y = gen(a, n_classes, dim); noise.append((f.clone(), y.clone())); return f, y
+    M.generate_noisy_batch = recorded
+    glob = M.Global(num_classes=args.num_classes, device='cpu', args=args)
+    test = TensorSet(fed.x_test, fed.y_test)
+    rec['stage1_params'] = to_theirs(g)
+    acc = glob.global_eval(to_theirs(g), test, args.batch_size_test)
+    M.re_train_classifier(args, acc, copy.deepcopy(glob), copy.deepcopy(glob.syn_model), test)
+    epochs = rec['stage2'][1:]
+    batches = iter(noise)
+    orig = N.noise_batch; N.noise_batch = lambda *a, **k: next(batches)
+    Ws, bs = N.npc_candidates(g['head.weight'], g['head.bias'], args.E - 1, args.M, 0.1, 0.9)
+    N.noise_batch = orig
+    for i, (p, _) in enumerate(epochs, 1):
+        dw = (Ws[i] - p['classifier.weight']).abs().max().item(); db = (bs[i] - p['classifier.bias']).abs().max().item()
+        mv = (Ws[i] - Ws[0]).abs().max().item()
+        line = f"stage 2, epoch {i}: classifier weight max |ours - theirs| {dw:.2e}, bias {db:.2e} (largest change of the weight since epoch 0 {mv:.2e})"
+        print(line, flush=True); out.append(line)
+    return out
+
+
 def write_table(folder, out, cell_dir=None):
     "The comparison as markdown (`common.write_table`) with FedNPC's setting, and stage 2 beside it."
     runs = {}
@@ -243,7 +299,11 @@ if __name__ == '__main__':
     sub = p.add_subparsers(dest='side', required=True)
     t = sub.add_parser('theirs'); t.add_argument('folder'); t.add_argument('commit'); t.add_argument('config'); t.add_argument('out')
     t.add_argument('--rounds', type=int, default=None); t.add_argument('--set', action='append', default=[])
+    c = sub.add_parser('check', help="both codes from the same model on the same data (see `check`)")
+    c.add_argument('folder'); c.add_argument('commit'); c.add_argument('config'); c.add_argument('--client', type=int, default=0); c.add_argument('--rounds', type=int, default=2)
+    c.add_argument('--their_momentum', type=float, default=None, help='a negative control: their local momentum (their code: 0)')
     w = sub.add_parser('table'); w.add_argument('folder'); w.add_argument('out'); w.add_argument('--cell', default=None)
     a = p.parse_args()
     if a.side == 'theirs': run_theirs(a.folder, a.commit, a.config, a.out, a.rounds, a.set)
+    elif a.side == 'check': check(a.folder, a.commit, a.config, a.client, a.rounds, a.their_momentum)
     else: write_table(a.folder, a.out, a.cell)

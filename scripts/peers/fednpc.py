@@ -291,7 +291,13 @@ def write_table(folder, out, cell_dir=None):
                f"--post_epochs {c.get('post_epochs')}: {E - 1} stage-2 epochs): {c['clients']} clients, frac {c['frac']}, {c['rounds']} rounds x {c['local_epochs']} local epoch, "
                f"batch {c['batch_size']}, lr {c['lr']}, momentum {c['momentum']}, weight decay {c['weight_decay']}, val_frac {c.get('val_frac', 0)}. "
                "GM, many/med/few below: stage 1 (FedAvg), the model both codes train; stage 2 after the table.")
-    return common_table(folder, out, method='FedNPC', script='scripts/peers/fednpc.py', setting=setting, cell_dir=cell_dir, extra_lines=lines)
+    if cells:                                            # common's cell line reads gm_acc_lastk, which a cell whose stage 2 changed GM has not: the stage-1 one instead
+        lines += ['', f"The leaderboard's own cells of these seeds (`{cell_dir}` and its seeds; made on {', '.join(sorted({x['environment']['cpu'] for x in cells}))}, "
+                  f"torch {', '.join(sorted({x['environment']['torch'] for x in cells}))}; ours here ran on {', '.join(sorted({r['environment']['cpu'] for r in o}))}): "
+                  f"stage 1 GM last 3 (`gm_acc_global_lastk`) {', '.join(f(x['gm_acc_global_lastk']) for x in cells)}, GM after stage 2 {', '.join(f(x['gm_acc']) for x in cells)} "
+                  f"(steps {', '.join(str(x['npc_step']) for x in cells)}), against ours here {', '.join(f(r['summary']['gm_acc_last3']) for r in o)} and "
+                  f"{', '.join(f(r['final_summary']['gm_acc']) for r in o)}."]
+    return common_table(folder, out, method='FedNPC', script='scripts/peers/fednpc.py', setting=setting, cell_dir=None, extra_lines=lines)
 
 
 if __name__ == '__main__':

@@ -193,7 +193,33 @@ def write_table(folder, out, cell_dir=None):
     setting = (f"Setting: the leaderboard's stage 2 at {c['dataset']} IF {c['imb_factor']}, Dirichlet alpha {c['alpha']} (Fed-GraB at the variant stage 1 chose, "
                f"hp {c['hp']}): {c['clients']} clients, frac {c['frac']}, {c['rounds']} rounds x {c['local_epochs']} local epoch, "
                f"batch {c['batch_size']}, lr {c['lr']}, momentum {c['momentum']}, weight decay {c['weight_decay']}, val_frac {c.get('val_frac', 0)}.")
-    return common_table(folder, out, method='Fed-GraB', script='scripts/peers/fedgrab.py', setting=setting, cell_dir=cell_dir)
+    return common_table(folder, out, method='Fed-GraB', script='scripts/peers/fedgrab.py', setting=setting, cell_dir=cell_dir, extra_lines=diagnostics(folder))
+
+
+def diagnostics(folder) -> list:
+    "Markdown lines on the runs in `folder/diagnostics` (one component swapped on each side), beside the table's runs, when there are any."
+    from scipy import stats
+    d = Path(folder)/'diagnostics'
+    load = lambda pat: {json.loads(p.read_text())['config']['seed']: json.loads(p.read_text()) for p in sorted(d.glob(pat))}
+    sides = [('ours (the cell: classifier trained, DPA after round 5)', load('../ours_if100_s*.json')),
+             ('ours, DPA off (`--set hp.dpa_round=0`: every controller open, as their code)', load('ours_dpa0_if100_s*.json')),
+             ('theirs (their classifier frozen, no DPA)', load('../theirs_if100_s*.json')),
+             ('theirs, classifier trained (`--variant train_head`)', load('theirs_trainhead_if100_s*.json'))]
+    seeds = sorted(set.intersection(*[set(r) for _, r in sides]))
+    if not seeds or not all(r for _, r in sides[1:]): return []
+    f = lambda x: f'{x:.2f}'
+    g = lambda r, k='gm_acc_last3': np.array([r[s]['summary'][k] for s in seeds], float)
+    lines = ['', f"**One component at a time** (`{d}`; GM and few, means of the last 3 evaluations, over seeds {', '.join(map(str, seeds))}):", '',
+             '| run | GM (last 3) | few (last 3) | GM per seed |', '|---|---|---|---|']
+    for name, r in sides: lines.append(f"| {name} | {f(g(r).mean())} | {f(g(r, 'gm_few_last3').mean())} | {', '.join(f(x) for x in g(r))} |")
+    lines += ['', '| difference (paired by seed) | GM (last 3) [95% CI] | few (last 3) |', '|---|---|---|']
+    for (a, ra), (b, rb) in (((sides[3]), (sides[1])), ((sides[2]), (sides[3])), ((sides[0]), (sides[1]))):
+        dd = g(ra) - g(rb); h = stats.t.ppf(0.975, len(dd) - 1) * dd.std(ddof=1) / np.sqrt(len(dd)) if len(dd) > 1 else float('nan')
+        lines.append(f"| {a.split(' (')[0]} minus {b.split(' (')[0]} | {dd.mean():+.2f} [{dd.mean() - h:+.2f}, {dd.mean() + h:+.2f}] | {(g(ra, 'gm_few_last3') - g(rb, 'gm_few_last3')).mean():+.2f} |")
+    cmds = [r[s]['command'] for _, r in sides[1:2] + sides[3:] for s in seeds]
+    lines += ['', 'Their commands:', ''] + [f'- `{c}`' for c in cmds]
+    lines += ['', f"One client's updates of both codes from the same model on the same batches: `{d}/check.md`."] if (d/'check.md').exists() else []
+    return lines
 
 
 if __name__ == '__main__':

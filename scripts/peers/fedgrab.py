@@ -205,18 +205,23 @@ def diagnostics(folder) -> list:
              ('ours, DPA off (`--set hp.dpa_round=0`: every controller open, as their code)', load('ours_dpa0_if100_s*.json')),
              ('theirs (their classifier frozen, no DPA)', load('../theirs_if100_s*.json')),
              ('theirs, classifier trained (`--variant train_head`)', load('theirs_trainhead_if100_s*.json'))]
+    if not (sides[1][1] or sides[3][1]): return []
+    sides = [x for x in sides if x[1]]                  # the swaps that have run
     seeds = sorted(set.intersection(*[set(r) for _, r in sides]))
-    if not seeds or not all(r for _, r in sides[1:]): return []
+    if not seeds: return []
     f = lambda x: f'{x:.2f}'
     g = lambda r, k='gm_acc_last3': np.array([r[s]['summary'][k] for s in seeds], float)
     lines = ['', f"**One component at a time** (`{d}`; GM and few, means of the last 3 evaluations, over seeds {', '.join(map(str, seeds))}):", '',
              '| run | GM (last 3) | few (last 3) | GM per seed |', '|---|---|---|---|']
     for name, r in sides: lines.append(f"| {name} | {f(g(r).mean())} | {f(g(r, 'gm_few_last3').mean())} | {', '.join(f(x) for x in g(r))} |")
     lines += ['', '| difference (paired by seed) | GM (last 3) [95% CI] | few (last 3) |', '|---|---|---|']
-    for (a, ra), (b, rb) in (((sides[3]), (sides[1])), ((sides[2]), (sides[3])), ((sides[0]), (sides[1]))):
+    named = {name.split(' (')[0]: (name, r) for name, r in sides}
+    pairs = [(named[a], named[b]) for a, b in (('theirs, classifier trained', 'ours, DPA off'), ('theirs, classifier trained', 'ours'), ('theirs', 'theirs, classifier trained'),
+                                               ('ours', 'ours, DPA off'), ('theirs', 'ours')) if a in named and b in named]
+    for (a, ra), (b, rb) in pairs:
         dd = g(ra) - g(rb); h = stats.t.ppf(0.975, len(dd) - 1) * dd.std(ddof=1) / np.sqrt(len(dd)) if len(dd) > 1 else float('nan')
         lines.append(f"| {a.split(' (')[0]} minus {b.split(' (')[0]} | {dd.mean():+.2f} [{dd.mean() - h:+.2f}, {dd.mean() + h:+.2f}] | {(g(ra, 'gm_few_last3') - g(rb, 'gm_few_last3')).mean():+.2f} |")
-    cmds = [r[s]['command'] for _, r in sides[1:2] + sides[3:] for s in seeds]
+    cmds = [r[s]['command'] for name, r in sides if ',' in name.split(' (')[0] for s in seeds]
     lines += ['', 'Their commands:', ''] + [f'- `{c}`' for c in cmds]
     lines += ['', f"One client's updates of both codes from the same model on the same batches: `{d}/check.md`."] if (d/'check.md').exists() else []
     return lines

@@ -112,7 +112,7 @@ W = Watch()
 
 
 # ---------------------------------------------------------------- theirs
-def patch_theirs(folder: str, cfg: FedConfig, fed):
+def patch_theirs(folder: str, cfg: FedConfig, fed, variant=None):
     "Import their main.py from `folder` and replace the model, the clients' optimiser settings, tqdm; add the read-only watches."
     sys.path.insert(0, str(folder))
     import main as M                                            # their main.py (its top-level imports only; disalign() is not called)
@@ -135,6 +135,19 @@ def patch_theirs(folder: str, cfg: FedConfig, fed):
         their_init(self)
         self.classifier2 = nn.Linear(in_features=feat_dim, out_features=1)
     M.Ensemble_highway.__init__ = highway_init
+    if variant == 'logweights':                                  # a diagnostic, not their code: ours' normalisation of the client weights
+        def forward(self, step, clients_feature, clients_logit, new_logit):
+            "Their Ensemble_highway.forward with the weights sigmoid(a_k) / sum_j sigmoid(a_j) computed as softmax_k(logsigmoid(a_k)) (finite when every sigmoid underflows)."
+            a = torch.cat([torch.mm(one_logit, self.ensemble_scale) + self.ensemble_bias for one_logit in clients_logit], dim=1)
+            all_logits_weight_norm = torch.softmax(F.logsigmoid(a), dim=1).t()
+            weighted_logits = sum([one_weight.view(-1, 1) * one_logit for one_logit, one_weight in zip(clients_logit, all_logits_weight_norm)])
+            avg_weight = ([1.0 / 8] * 8)
+            weighted_feature = sum([one_weight * one_feature for one_feature, one_weight in zip(clients_feature, avg_weight)])
+            calibration_logit = weighted_logits * self.logit_scale + self.logit_bias
+            carry_gate_sigmoid = torch.sigmoid(self.classifier2(weighted_feature))
+            return carry_gate_sigmoid * calibration_logit + (1 - carry_gate_sigmoid) * new_logit
+        M.Ensemble_highway.forward = forward
+    elif variant: sys.exit(f'--variant {variant!r}: only logweights')
 
     class WatchedCE(nn.CrossEntropyLoss):
         "Their CrossEntropyLoss, its value noted (server: the stage by the call count of the round)."
@@ -169,13 +182,13 @@ def _their_logits(model, x, bs=1000):
     model.train(was); return z
 
 
-def run_theirs(folder, commit, config, out, rounds=None, sets=()):
+def run_theirs(folder, commit, config, out, rounds=None, sets=(), variant=None):
     head = check_commit(folder, commit); folder = Path(folder).resolve()
     cfg = with_changes(config, rounds, sets)
     fed = make_fed_data(**cfg.data_args())
     if not getattr(fed, 'has_server', False): sys.exit("the cell has no server set (server_per_class): their server needs its labelled balanced set")
     if fed.num_classes != 10: sys.exit("their Ensemble_highway hard-codes 10 classes")
-    M = patch_theirs(folder, cfg, fed)
+    M = patch_theirs(folder, cfg, fed, variant)
     from Dataset.dataset import Indices2Dataset
     args = their_args(M, cfg)
     torch.manual_seed(cfg.seed); np.random.seed(cfg.seed); random.seed(cfg.seed)   # their __main__'s seeding, with the cell's seed
@@ -249,7 +262,7 @@ def run_theirs(folder, commit, config, out, rounds=None, sets=()):
             rows.append(gm_row(r, _their_logits(global_model.model, fed.x_test), fed))
     dt = time.time() - t0
     arguments = {k: v for k, v in vars(args).items() if not k.startswith('path_')}
-    extra = dict(diverged=diverged, trace=trace, unlabeled='the server set images (their CIFAR-100 has no counterpart)',
+    extra = dict(variant=variant, diverged=diverged, trace=trace, unlabeled='the server set images (their CIFAR-100 has no counterpart)',
                  pm_definition='their code has no personalised model')
     if rows:
         save_theirs(out, repository=REPO, commit=head, cfg=cfg, rows=rows, wall_s=dt, arguments=arguments, **extra)
@@ -318,17 +331,56 @@ def write_table(folder, out, cell_dir=None):
     return common_table(folder, out, method='FedIC', script='scripts/peers/fedic.py', setting=setting, cell_dir=cell_dir, pm_note=note)
 
 
+def write_divergence(folder, out):
+    "Which runs of FOLDER (its JSONs and those of FOLDER/lr) diverged, where and on what, and their traces side by side, as markdown."
+    folder = Path(folder)
+    runs = []
+    for p in sorted(list(folder.glob('*.json')) + list((folder/'lr').glob('*.json'))):
+        r = json.loads(p.read_text()); r['_path'] = str(p); runs.append(r)
+    f = lambda x, d=2: '-' if x is None or (isinstance(x, float) and not math.isfinite(x)) else f'{x:.{d}f}'
+    key = lambda r: (r['config']['lr'], r['config']['seed'], r['side'])
+    lines = ["# FedIC: does the authors' code diverge where ours does?", '',
+             f"Setting: the leaderboard's FedIC cell at {runs[0]['config']['dataset']} IF {runs[0]['config']['imb_factor']}, Dirichlet alpha "
+             f"{runs[0]['config']['alpha']}, lambda {runs[0]['config']['hp'].get('ld', 0.5)}, a server set of {runs[0]['config'].get('server_per_class')} "
+             "images per class, at the client lr of the leaderboard's screen (0.05, 0.02, 0.01; momentum 0.5), ours (the package's engine) and theirs "
+             "(the authors' code through `scripts/peers/fedic.py`, whose docstring says what was replaced). A run stops at the first round with a "
+             "non-finite loss, output or weight; `what` lists the first non-finite values of that round in the order they appeared.", '',
+             '| lr | seed | side | diverged in round | what went non-finite first | GM at the last evaluation before | wall s | JSON |', '|---|---|---|---|---|---|---|---|']
+    for r in sorted(runs, key=key):
+        d = r.get('diverged'); last = r['rows'][-1] if r['rows'] else None
+        what = '; '.join(d['what'][:3]) if d else ('none' if 'diverged' in r else 'none (finished)')
+        lines.append(f"| {r['config']['lr']} | {r['config']['seed']} | {r['side']} | {d['round'] if d else 'no (%d rounds)' % r['rounds']} | {what} | "
+                     f"{f(last['gm_acc']) + ' (round %d)' % last['round'] if last else '-'} | {r['wall_s']:.0f} | `{r['_path']}` |")
+    traced = [r for r in sorted(runs, key=key) if r.get('trace')]
+    cols = [('client_loss_max', 'largest client loss', 3), ('server_ce', "distilled model's CE on the server set", 3),
+            ('server_max_logit', 'its largest abs logit there', 1), ('teacher_scale_max', "teacher's largest scale a", 2),
+            ('distilled_backbone.fc1', 'fc1 weight norm', 1)]
+    for c, name, dd in cols:
+        lines += ['', f"Trace, {name} (`{c}`), every 10th round and the last:", '']
+        rounds = sorted({t['round'] for r in traced for t in r['trace'] if t['round'] % 10 == 0} | {r['trace'][-1]['round'] for r in traced})
+        lines += ['| lr, seed, side | ' + ' | '.join(str(x) for x in rounds) + ' |', '|---' * (len(rounds) + 1) + '|']
+        for r in traced:
+            tr = {t['round']: t for t in r['trace']}
+            lines.append(f"| {r['config']['lr']}, {r['config']['seed']}, {r['side']} | " + ' | '.join(f(tr[x].get(c), dd) if x in tr else '' for x in rounds) + ' |')
+    notes = folder/'divergence_notes.md'
+    if notes.exists(): lines += ['', notes.read_text().strip()]
+    lines += ['', 'Commands (repository root), each JSON records its own:', ''] + [f"- `{r['command']}`" for r in sorted(runs, key=key)]
+    lines += [f"- this file: `.venv/bin/python {' '.join(sys.argv)}`"]
+    atomic_write(out, '\n'.join(lines) + '\n'); print('\n'.join(lines))
+
+
 if __name__ == '__main__':
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     sub = p.add_subparsers(dest='side', required=True)
     t = sub.add_parser('theirs'); t.add_argument('folder'); t.add_argument('commit'); t.add_argument('config'); t.add_argument('out')
     t.add_argument('--rounds', type=int, default=None); t.add_argument('--set', action='append', default=[])
+    t.add_argument('--variant', default=None, help="logweights: a diagnostic, their teacher's client weights normalised as ours (log space)")
     o = sub.add_parser('ours'); o.add_argument('config'); o.add_argument('out'); o.add_argument('--rounds', type=int, default=None)
     o.add_argument('--set', action='append', default=[])
     w = sub.add_parser('table'); w.add_argument('folder'); w.add_argument('out'); w.add_argument('--cell', default=None)
     d = sub.add_parser('divergence'); d.add_argument('folder'); d.add_argument('out')
     a = p.parse_args()
-    if a.side == 'theirs': run_theirs(a.folder, a.commit, a.config, a.out, a.rounds, a.set)
+    if a.side == 'theirs': run_theirs(a.folder, a.commit, a.config, a.out, a.rounds, a.set, a.variant)
     elif a.side == 'ours': run_ours_traced(a.config, a.out, a.rounds, a.set)
     elif a.side == 'table': write_table(a.folder, a.out, a.cell)
     else: write_divergence(a.folder, a.out)

@@ -274,7 +274,7 @@ def run_theirs(folder, commit, config, out, rounds=None, sets=(), variant=None):
 
 
 # ---------------------------------------------------------------- ours
-def run_ours_traced(config, out, rounds=None, sets=()):
+def run_ours_traced(config, out, rounds=None, sets=(), variant=None):
     "Our engine on the same config, with the per-round trace of scripts/fedic_trace.py and the divergence caught and recorded."
     from fedloge_nb.fedic import FedIC
     from fedloge_nb.federated import FedAvg
@@ -297,9 +297,49 @@ def run_ours_traced(config, out, rounds=None, sets=()):
                                    **_norms(avg, 'avg'), **_norms(new, 'distilled')))
             return new
 
+    class KeepAdam(Traced):
+        "A diagnostic, not the chapter's method: its three server stages with Adam states kept across rounds, as the authors' three optimisers."
+        def aggregate(self, gstate, results):
+            from fedloge_nb.fedic import client_outputs, _pick, distill_loss
+            from fedloge_nb.federated import shared
+            avg = FedAvg.aggregate(self, gstate, results)
+            new = dict(avg); hp = self.hp
+            if not hasattr(self, 'ft_net'):
+                self.ft_net = copy.deepcopy(self.server_net)
+                self.opt_ft = torch.optim.Adam(self.ft_net.parameters(), lr=hp['server_lr'], weight_decay=hp['server_wd'])
+                self.opt_t = torch.optim.Adam(self.teacher.parameters(), lr=hp['server_lr'])
+                self.opt_s = torch.optim.Adam(self.server_net.parameters(), lr=hp['server_lr'], weight_decay=hp['server_wd'])
+            from fedloge_nb.federated import derive_seed
+            g = torch.Generator().manual_seed(derive_seed(self.seed, 'fedic', 'server', self.rounds_done)); self.rounds_done += 1
+            feats, logits = client_outputs(self.ft_net, [r.state for r in results], self.xs)
+            m = self.ft_net; m.load_state_dict(new, strict=False); m.train()
+            for _ in range(int(hp['ft_steps'])):
+                i = _pick(len(self.ys), hp['server_batch'], g, self.ys.device)
+                loss = F.cross_entropy(m(self.xs[i]), self.ys[i]); self.opt_ft.zero_grad(set_to_none=True); loss.backward(); self.opt_ft.step()
+            m.eval()
+            with torch.no_grad(): zg = m(self.xs)
+            for _ in range(int(hp['calib_steps'])):
+                i = _pick(len(self.ys), hp['server_batch'], g, self.ys.device)
+                loss = F.cross_entropy(self.teacher(feats[:, i], logits[:, i], zg[i]), self.ys[i]); self.opt_t.zero_grad(set_to_none=True); loss.backward(); self.opt_t.step()
+            with torch.no_grad(): zt = self.teacher(feats, logits, zg)
+            s = self.server_net; s.load_state_dict(new, strict=False); s.train()
+            for _ in range(int(hp['distill_steps'])):
+                i = _pick(len(self.ys), hp['server_batch'], g, self.ys.device)
+                loss = distill_loss(s(self.xs[i]), zt[i], self.ys[i], hp['temperature'], hp['ld']); self.opt_s.zero_grad(set_to_none=True); loss.backward(); self.opt_s.step()
+            s.eval(); out = {k: v for k, v in shared(s, self.is_shared).items() if k in new}
+            with torch.no_grad(): z = s(self.xs)
+            losses = [r.loss for r in results]
+            self.trace.append(dict(round=self.rounds_done, client_loss_mean=float(np.mean(losses)), client_loss_max=float(np.max(losses)),
+                                   server_ce=float(F.cross_entropy(z, self.ys)), server_max_logit=float(z.abs().max()),
+                                   teacher_scale_max=float(self.teacher.logit_scale.detach().max()),
+                                   teacher_ens_scale_norm=float(self.teacher.ens_scale.detach().norm()),
+                                   **_norms(avg, 'avg'), **_norms(out, 'distilled')))
+            return out
+
     cfg = dataclasses.replace(with_changes(config, rounds, sets), eval_every=10)
     fed = make_fed_data(**cfg.data_args())
-    base = make_algorithm(cfg); algo = Traced(**base.hp); algo.trace = []
+    if variant not in (None, 'keep_adam'): sys.exit(f'--variant {variant!r}: only keep_adam')
+    base = make_algorithm(cfg); algo = (KeepAdam if variant else Traced)(**base.hp); algo.trace = []
     work = Path(tempfile.mkdtemp(prefix='fedic_ours_'))
     diverged, t0 = None, time.time()
     try: run_fl(cfg, fed, out=work/'run', progress=False, algo=algo)
@@ -312,7 +352,7 @@ def run_ours_traced(config, out, rounds=None, sets=()):
     h = pd.read_csv(work/'run'/'history.csv').to_dict('records') if (work/'run'/'history.csv').exists() else []
     rows = [dict(round=int(x['round']), gm_acc=x['gm_acc'], gm_many=x['gm_many'], gm_med=x['gm_med'], gm_few=x['gm_few'], pm_acc=x.get('pm_acc'))
             for x in h if x.get('gm_acc') == x.get('gm_acc')]
-    res = dict(side='ours', command=COMMAND(), environment=ENV(), config=cfg.key(), hp=dict(algo.hp), rounds=cfg.rounds, rows=rows,
+    res = dict(side='ours', variant=variant, command=COMMAND(), environment=ENV(), config=cfg.key(), hp=dict(algo.hp), rounds=cfg.rounds, rows=rows,
                summary=summarise(rows) if rows else None, final_summary=None, wall_s=round(dt, 1), diverged=diverged, trace=algo.trace,
                pm_definition="every client's personalised model (p_epochs) on its local test set, after training")
     atomic_write(out, json.dumps(res, indent=1, default=str)); print('diverged:', diverged)
@@ -377,10 +417,11 @@ if __name__ == '__main__':
     t.add_argument('--variant', default=None, help="logweights: a diagnostic, their teacher's client weights normalised as ours (log space)")
     o = sub.add_parser('ours'); o.add_argument('config'); o.add_argument('out'); o.add_argument('--rounds', type=int, default=None)
     o.add_argument('--set', action='append', default=[])
+    o.add_argument('--variant', default=None, help='keep_adam: a diagnostic, the server stages with Adam states kept across rounds (as the authors\' code)')
     w = sub.add_parser('table'); w.add_argument('folder'); w.add_argument('out'); w.add_argument('--cell', default=None)
     d = sub.add_parser('divergence'); d.add_argument('folder'); d.add_argument('out')
     a = p.parse_args()
     if a.side == 'theirs': run_theirs(a.folder, a.commit, a.config, a.out, a.rounds, a.set, a.variant)
-    elif a.side == 'ours': run_ours_traced(a.config, a.out, a.rounds, a.set)
+    elif a.side == 'ours': run_ours_traced(a.config, a.out, a.rounds, a.set, a.variant)
     elif a.side == 'table': write_table(a.folder, a.out, a.cell)
     else: write_divergence(a.folder, a.out)

@@ -368,7 +368,15 @@ def write_table(folder, out, cell_dir=None):
                f"weight decay {c['weight_decay']}, val_frac {c.get('val_frac', 0)}, a server set of {c.get('server_per_class')} images per class.")
     note = ("Their unlabelled distillation set (CIFAR-100) has no counterpart here: both sides distil on the server set's images "
             "(theirs draws 128 of them a step for the KL term and 20 labelled ones for the CE term; ours one batch of 20 for both).")
-    return common_table(folder, out, method='FedIC', script='scripts/peers/fedic.py', setting=setting, cell_dir=cell_dir, pm_note=note)
+    variants = {json.loads(p.read_text()).get('variant') for p in Path(folder).glob('theirs_*.json')}
+    extra = []
+    if 'logweights' in variants:
+        extra = ['', "**Their side here is their code with one line changed** (`--variant logweights`): their `Ensemble_highway` normalises the "
+                 "client weights as sigmoid(a_k) / sum_j sigmoid(a_j), which is 0/0 once every client's a_k = z_k . s + b is below about -104 "
+                 "(float32's sigmoid underflows to 0), and unmodified it went non-finite that way in round 20 or 21 of every run on this split, "
+                 "at lr 0.01 as at 0.05 and 0.02 (`divergence.md`). The variant computes the same weights as softmax_k(logsigmoid(a_k)) "
+                 "(equal wherever the ratio is finite; ours' normalisation, chapter 08m), and nothing else of their code changes."]
+    return common_table(folder, out, method='FedIC', script='scripts/peers/fedic.py', setting=setting, cell_dir=cell_dir, pm_note=note, extra_lines=extra)
 
 
 def write_divergence(folder, out):

@@ -370,11 +370,13 @@ def write_table(folder, out, cell_dir=None):
             "(theirs draws 128 of them a step for the KL term and 20 labelled ones for the CE term; ours one batch of 20 for both).")
     variants = {json.loads(p.read_text()).get('variant') for p in Path(folder).glob('theirs_*.json')}
     extra = []
+    un = sorted((r['config']['lr'], r['config']['seed'], r.get('diverged')) for r in (json.loads(p.read_text()) for p in (Path(folder)/'lr').glob('theirs_*.json')) if not r.get('variant'))
+    unmodified = ', '.join(f"lr {lr} seed {sd}: " + (f"round {d['round']}, first {d['what'][0]}" if d else 'finished') for lr, sd, d in un) or 'no unmodified run'
     if 'logweights' in variants:
         extra = ['', "**Their side here is their code with one line changed** (`--variant logweights`): their `Ensemble_highway` normalises the "
                  "client weights as sigmoid(a_k) / sum_j sigmoid(a_j), which is 0/0 once every client's a_k = z_k . s + b is below about -104 "
-                 "(float32's sigmoid underflows to 0), and unmodified it went non-finite that way in round 20 or 21 of every run on this split, "
-                 "at lr 0.01 as at 0.05 and 0.02 (`divergence.md`). The variant computes the same weights as softmax_k(logsigmoid(a_k)) "
+                 "(float32's sigmoid underflows to 0), and unmodified it went non-finite on this split "
+                 f"({unmodified}; `divergence.md`). The variant computes the same weights as softmax_k(logsigmoid(a_k)) "
                  "(equal wherever the ratio is finite; ours' normalisation, chapter 08m), and nothing else of their code changes."]
     return common_table(folder, out, method='FedIC', script='scripts/peers/fedic.py', setting=setting, cell_dir=cell_dir, pm_note=note, extra_lines=extra)
 

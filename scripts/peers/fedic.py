@@ -211,7 +211,16 @@ def run_theirs(folder, commit, config, out, rounds=None, sets=(), variant=None):
             z = out[1] if isinstance(out, tuple) else out
             if not _finite(z): W.note(f'{tag}: non-finite output ({W.stage or "server"})')
         return f
-    global_model.highway_model.register_forward_hook(hook('teacher logits'))
+    def teacher_hook(mod, inp, out):
+        "Their teacher's output: when non-finite, whether its client weights were 0/0 (every client's sigmoid(z_k . s + b) is 0 in float32)."
+        if _finite(out): return
+        with torch.no_grad():
+            a = torch.cat([torch.mm(z, mod.ensemble_scale) + mod.ensemble_bias for z in inp[2]], dim=1)     # (N, clients)
+            zero = (torch.sigmoid(a) == 0).all(1)
+        W.note(f'teacher logits: non-finite output; its client weights 0/0 on {int(zero.sum())} of {len(a)} images '
+               f'(every sigmoid(z_k . s + b) = 0; largest a_k there {float(a[zero].max(1).values.max()) if zero.any() else float("nan"):.1f}), '
+               f'client logits finite: {all(_finite(z) for z in inp[2])}, parameters finite: {all(_finite(p) for p in mod.parameters())}')
+    global_model.highway_model.register_forward_hook(teacher_hook)
     global_model.model.register_forward_hook(hook('global model logits'))
 
     rows, trace, diverged = [], [], None

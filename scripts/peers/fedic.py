@@ -428,6 +428,30 @@ def write_divergence(folder, out):
     atomic_write(out, '\n'.join(lines) + '\n'); print('\n'.join(lines))
 
 
+def check_pieces(folder, commit):
+    "Their Ensemble_highway and Eq. 4 loss beside ours on the same inputs and parameters (no training): do the pieces compute the same numbers?"
+    check_commit(folder, commit); sys.path.insert(0, str(Path(folder).resolve()))
+    import main as M
+    from fedloge_nb.fedic import CalibratedEnsemble, distill_loss
+    torch.manual_seed(0)
+    h = M.Ensemble_highway(); h.classifier2 = nn.Linear(84, 1)
+    with torch.no_grad():
+        h.ensemble_scale.normal_(); h.ensemble_bias.normal_(); h.logit_scale.uniform_(0.5, 2); h.logit_bias.normal_()
+    ours = CalibratedEnsemble(10, 84)
+    with torch.no_grad():
+        ours.ens_scale.copy_(h.ensemble_scale[:, 0]); ours.ens_bias.copy_(h.ensemble_bias); ours.logit_scale.copy_(h.logit_scale)
+        ours.logit_bias.copy_(h.logit_bias); ours.gate.weight.copy_(h.classifier2.weight); ours.gate.bias.copy_(h.classifier2.bias)
+    for m in (8, 10):
+        feats = [torch.rand(32, 84) for _ in range(m)]; logits = [5 * torch.randn(32, 10) for _ in range(m)]; zg = 5 * torch.randn(32, 10)
+        a = h(0, feats, logits, zg); b = ours(torch.stack(feats), torch.stack(logits), zg)
+        print(f'{m} clients: teacher logits, largest |theirs - ours| = {(a - b).abs().max():.2e}')
+    far = [z - 300 for z in logits]
+    print(f'client logits 300 lower: theirs finite {bool(torch.isfinite(h(0, feats, far, zg)).all())}, ours finite {bool(torch.isfinite(ours(torch.stack(feats), torch.stack(far), zg)).all())}')
+    zs, zt, y = torch.randn(20, 10), 5 * torch.randn(20, 10), torch.randint(0, 10, (20,))
+    theirs = 0.5 * F.kl_div(F.log_softmax(zs / 2, 1), F.softmax(zt / 2, 1).detach(), reduction='batchmean') + 0.5 * F.cross_entropy(zs, y)
+    print(f'Eq. 4 on one batch (their lines of update_distillation_highway_feature, ld 0.5, T 2): |theirs - ours| = {(theirs - distill_loss(zs, zt, y, 2.0, 0.5)).abs():.2e}')
+
+
 if __name__ == '__main__':
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     sub = p.add_subparsers(dest='side', required=True)
@@ -439,8 +463,10 @@ if __name__ == '__main__':
     o.add_argument('--variant', default=None, help='keep_adam: a diagnostic, the server stages with Adam states kept across rounds (as the authors\' code)')
     w = sub.add_parser('table'); w.add_argument('folder'); w.add_argument('out'); w.add_argument('--cell', default=None)
     d = sub.add_parser('divergence'); d.add_argument('folder'); d.add_argument('out')
+    k = sub.add_parser('check'); k.add_argument('folder'); k.add_argument('commit')
     a = p.parse_args()
     if a.side == 'theirs': run_theirs(a.folder, a.commit, a.config, a.out, a.rounds, a.set, a.variant)
     elif a.side == 'ours': run_ours_traced(a.config, a.out, a.rounds, a.set, a.variant)
     elif a.side == 'table': write_table(a.folder, a.out, a.cell)
+    elif a.side == 'check': check_pieces(a.folder, a.commit)
     else: write_divergence(a.folder, a.out)

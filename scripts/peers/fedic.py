@@ -383,8 +383,8 @@ def write_table(folder, out, cell_dir=None):
     unmodified = ', '.join(f"lr {lr} seed {sd}: " + (f"round {d['round']}, first {d['what'][0]}" if d else 'finished') for lr, sd, d in un) or 'no unmodified run'
     if 'logweights' in variants:
         extra = ['', "**Their side here is their code with one line changed** (`--variant logweights`): their `Ensemble_highway` normalises the "
-                 "client weights as sigmoid(a_k) / sum_j sigmoid(a_j), which is 0/0 once every client's a_k = z_k . s + b is below about -104 "
-                 "(float32's sigmoid underflows to 0), and unmodified it went non-finite on this split "
+                 "client weights as sigmoid(a_k) / sum_j sigmoid(a_j), which is 0/0 once every client's a_k = z_k . s + b is below about -88.7 "
+                 "(float32's sigmoid on the CPU is 0 there), and unmodified it went non-finite on this split "
                  f"({unmodified}; `divergence.md`). The variant computes the same weights as softmax_k(logsigmoid(a_k)) "
                  "(equal wherever the ratio is finite; ours' normalisation, chapter 08m), and nothing else of their code changes."]
     return common_table(folder, out, method='FedIC', script='scripts/peers/fedic.py', setting=setting, cell_dir=cell_dir, pm_note=note, extra_lines=extra)
@@ -445,7 +445,7 @@ def check_pieces(folder, commit):
         feats = [torch.rand(32, 84) for _ in range(m)]; logits = [5 * torch.randn(32, 10) for _ in range(m)]; zg = 5 * torch.randn(32, 10)
         a = h(0, feats, logits, zg); b = ours(torch.stack(feats), torch.stack(logits), zg)
         print(f'{m} clients: teacher logits, largest |theirs - ours| = {(a - b).abs().max():.2e}')
-    far = [z - 30 for z in logits]                                         # every a_k = sum of a client's logits + b below -104
+    far = [z - 30 for z in logits]                                         # every a_k = sum of a client's logits + b below -89, where float32 sigmoid is 0
     with torch.no_grad(): h.ensemble_scale.fill_(1.); ours.ens_scale.fill_(1.)
     print(f's = 1 (their initial value) and client logits 30 lower: theirs finite {bool(torch.isfinite(h(0, feats, far, zg)).all())}, ours finite {bool(torch.isfinite(ours(torch.stack(feats), torch.stack(far), zg)).all())}')
     zs, zt, y = torch.randn(20, 10), 5 * torch.randn(20, 10), torch.randint(0, 10, (20,))

@@ -397,7 +397,8 @@ def write_divergence(folder, out):
     for p in sorted(list(folder.glob('*.json')) + list((folder/'lr').glob('*.json'))):
         r = json.loads(p.read_text()); r['_path'] = str(p); runs.append(r)
     f = lambda x, d=2: '-' if x is None or (isinstance(x, float) and not math.isfinite(x)) else f'{x:.{d}f}'
-    key = lambda r: (r['config']['lr'], r['config']['seed'], r['side'])
+    key = lambda r: (r['config']['lr'], r['config']['seed'], r['side'], r.get('variant') or '')
+    side = lambda r: r['side'] + (f" + {r['variant']}" if r.get('variant') else '')
     lines = ["# FedIC: does the authors' code diverge where ours does?", '',
              f"Setting: the leaderboard's FedIC cell at {runs[0]['config']['dataset']} IF {runs[0]['config']['imb_factor']}, Dirichlet alpha "
              f"{runs[0]['config']['alpha']}, lambda {runs[0]['config']['hp'].get('ld', 0.5)}, a server set of {runs[0]['config'].get('server_per_class')} "
@@ -407,8 +408,8 @@ def write_divergence(folder, out):
              '| lr | seed | side | diverged in round | what went non-finite first | GM at the last evaluation before | wall s | JSON |', '|---|---|---|---|---|---|---|---|']
     for r in sorted(runs, key=key):
         d = r.get('diverged'); last = r['rows'][-1] if r['rows'] else None
-        what = '; '.join(d['what'][:3]) if d else ('none' if 'diverged' in r else 'none (finished)')
-        lines.append(f"| {r['config']['lr']} | {r['config']['seed']} | {r['side']} | {d['round'] if d else 'no (%d rounds)' % r['rounds']} | {what} | "
+        what = '; '.join(d['what'][:2]) if d else ('none' if 'diverged' in r else 'none (finished)')
+        lines.append(f"| {r['config']['lr']} | {r['config']['seed']} | {side(r)} | {d['round'] if d else 'no (%d rounds)' % r['rounds']} | {what} | "
                      f"{f(last['gm_acc']) + ' (round %d)' % last['round'] if last else '-'} | {r['wall_s']:.0f} | `{r['_path']}` |")
     traced = [r for r in sorted(runs, key=key) if r.get('trace')]
     cols = [('client_loss_max', 'largest client loss', 3), ('server_ce', "distilled model's CE on the server set", 3),
@@ -420,7 +421,7 @@ def write_divergence(folder, out):
         lines += ['| lr, seed, side | ' + ' | '.join(str(x) for x in rounds) + ' |', '|---' * (len(rounds) + 1) + '|']
         for r in traced:
             tr = {t['round']: t for t in r['trace']}
-            lines.append(f"| {r['config']['lr']}, {r['config']['seed']}, {r['side']} | " + ' | '.join(f(tr[x].get(c), dd) if x in tr else '' for x in rounds) + ' |')
+            lines.append(f"| {r['config']['lr']}, {r['config']['seed']}, {side(r)} | " + ' | '.join(f(tr[x].get(c), dd) if x in tr else '' for x in rounds) + ' |')
     notes = folder/'divergence_notes.md'
     if notes.exists(): lines += ['', notes.read_text().strip()]
     lines += ['', 'Commands (repository root), each JSON records its own:', ''] + [f"- `{r['command']}`" for r in sorted(runs, key=key)]

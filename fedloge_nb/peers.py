@@ -80,14 +80,14 @@ PEERS = [
     Peer('moon', 'QinbinLi/MOON', 'moon'),
     Peer('fedbabu', 'jhoon-oh/FedBABU', 'fedbabu'),
     Peer('fedrod', None, note="no public code: hongyouc/Fed-RoD (at b5050f4) holds only a README"),
-    Peer('rucr', None, note="no paper or authors' code found: the method as the benchmark FedLTLib runs it (chapter 08l)"),
-    Peer('ccvr', None, note="no authors' code found; chapter 08g reads smduan/Fed-CCVR, a third party's"),
-    Peer('fedavg', None, note="the engine's own method (McMahan et al. published none)"),
-    Peer('fedavg_ft', None, note="FedAvg with local finetuning, no paper of its own"),
-    Peer('fedloge', 'ZackZikaiXiao/FedLoGe', note="read against the reference code (chapter 06); no adapter here yet"),
-    Peer('fedetf', 'ZexiLee/ICCV-2023-FedETF', note="read against the authors' code (chapter 09); no adapter here yet"),
-    Peer('fedyoyo', 'shanss132/FedYoYo', note="read against the authors' code, its prior's order measured (chapter 09d); no adapter here yet"),
-    Peer('creff', 'shangxinyi/CReFF-FL', note="read against the authors' code, its re-training batch now theirs (chapter 08i); no adapter here yet"),
+    Peer('rucr', None, note="no public code: no paper or authors' code found, the method as the benchmark FedLTLib runs it (chapter 08l)"),
+    Peer('ccvr', None, note="no public code from its authors found; chapter 08g reads smduan/Fed-CCVR, a third party's"),
+    Peer('fedavg', None, note="not applicable: the engine's own method"),
+    Peer('fedavg_ft', None, note="not applicable: FedAvg with local finetuning, no paper of its own"),
+    Peer('fedloge', 'ZackZikaiXiao/FedLoGe', note="not run here: read against the reference code (chapter 06)"),
+    Peer('fedetf', 'ZexiLee/ICCV-2023-FedETF', note="not run here: read against the authors' code (chapter 09)"),
+    Peer('fedyoyo', 'shanss132/FedYoYo', note="not run here: read against the authors' code, its prior's order measured (chapter 09d)"),
+    Peer('creff', 'shangxinyi/CReFF-FL', note="not run here: read against the authors' code, its re-training batch now theirs (chapter 08i)"),
     Peer('ecl', None, note="not looked for here"),
     Peer('fedavg_etf_gmv', None, note="not looked for here"),
 ]
@@ -103,6 +103,6 @@ def peer_table(root='results/peers', peers=PEERS) -> pd.DataFrame:
             r.update(seeds=' '.join(map(str, c['seeds'])), ours=c['ours'], theirs=c['theirs'], diff=fmt_diff(c), verdict=c['verdict'],
                      note=f"results/peers/{p.folder}", commit=(c['commit'] or '')[:7])
         elif p.folder is not None: r.update(verdict='not run yet', note=f"adapter planned: scripts/peers/, results/peers/{p.folder}")
-        else: r.update(verdict='no public code' if p.repository is None and not p.note.startswith('not looked') else 'not compared')
+        else: r.update(verdict='no public code' if p.repository is None and p.note.startswith('no public code') else 'not compared')
         rows.append(r)
     return pd.DataFrame(rows)

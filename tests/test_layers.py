@@ -23,7 +23,7 @@ LAYERS = {
                     'fednpc', 'fedic'},
     'registry':    {'commands'},    # what commands are built from (COMMANDS, BACKENDS, --hp, config flags): below every module that registers one
     'experiments': {'analysis', 'pruning', 'tsne', 'norms', 'realign_analysis', 'analysis_runs', 'aggregate', 'sweep_file',
-                    'sweep', 'report', 'budget', 'ablations', 'clients_report', 'leaderboard'},
+                    'sweep', 'report', 'budget', 'ablations', 'clients_report', 'leaderboard', 'peers'},
     'commands':    {'cli'},
     'flower':      {'flower_client', 'flower', 'flower_simulation', 'flower_deploy'},
 }

@@ -160,11 +160,16 @@ def parse_set(items) -> dict:
     return dict(changes, hp=hp) if hp else changes
 
 
-def with_changes(config, rounds=None, sets=()) -> FedConfig:
-    "The cell's config with `--set` changes (hp entries merged into the cell's hp)."
+def changes_for(config, sets=()) -> dict:
+    "The FedConfig changes of `--set` items for a cell (hp entries merged into the cell's hp)."
     ch = parse_set(sets)
     if 'hp' in ch: ch['hp'] = {**json.loads(Path(config).read_text())['config'].get('hp', {}), **ch['hp']}
-    return cell_config(config, rounds, **ch)
+    return ch
+
+
+def with_changes(config, rounds=None, sets=()) -> FedConfig:
+    "The cell's config with `--set` changes (hp entries merged into the cell's hp)."
+    return cell_config(config, rounds, **changes_for(config, sets))
 
 
 if __name__ == '__main__':
@@ -175,6 +180,4 @@ if __name__ == '__main__':
     o.add_argument('config'); o.add_argument('out'); o.add_argument('--rounds', type=int, default=None)
     o.add_argument('--set', action='append', default=[], help='key=value FedConfig change, e.g. method=feddyn, lr=0.02, hp.alpha=0.01')
     a = p.parse_args()
-    ch = parse_set(a.set)
-    if 'hp' in ch: ch['hp'] = {**json.loads(Path(a.config).read_text())['config'].get('hp', {}), **ch['hp']}
-    run_ours(a.config, a.out, a.rounds, **ch)
+    run_ours(a.config, a.out, a.rounds, **changes_for(a.config, a.set))

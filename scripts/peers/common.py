@@ -172,6 +172,17 @@ def with_changes(config, rounds=None, sets=()) -> FedConfig:
     return cell_config(config, rounds, **changes_for(config, sets))
 
 
+def adapter_cli(doc: str):
+    "The command line every adapter shares: `theirs FOLDER COMMIT CONFIG OUT [--rounds N] [--set k=v]` and `table FOLDER OUT [--cell DIR]`; (parser, subparsers, theirs' parser)."
+    import argparse
+    p = argparse.ArgumentParser(description=doc.split('\n')[0])
+    sub = p.add_subparsers(dest='side', required=True)
+    t = sub.add_parser('theirs'); t.add_argument('folder'); t.add_argument('commit'); t.add_argument('config'); t.add_argument('out')
+    t.add_argument('--rounds', type=int, default=None); t.add_argument('--set', action='append', default=[])
+    w = sub.add_parser('table'); w.add_argument('folder'); w.add_argument('out'); w.add_argument('--cell', default=None)
+    return p, sub, t
+
+
 if __name__ == '__main__':
     import argparse
     p = argparse.ArgumentParser(description="Our side of any adapter: the package's engine on a cell's config, with changes.")

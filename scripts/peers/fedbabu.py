@@ -63,7 +63,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import check_commit, with_changes, save_theirs, gm_row, write_table as common_table, EVAL_ROUNDS, TensorSet
+from common import check_commit, with_changes, save_theirs, gm_row, write_table as common_table, EVAL_ROUNDS, TensorSet, adapter_cli
 from fedloge_nb.federated import FedConfig, sample_clients
 from fedloge_nb.data import make_fed_data
 from fedloge_nb.models import make_backbone
@@ -349,11 +349,7 @@ def write_table(folder, out, cell_dir=None):
 
 
 if __name__ == '__main__':
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    sub = p.add_subparsers(dest='side', required=True)
-    t = sub.add_parser('theirs'); t.add_argument('folder'); t.add_argument('commit'); t.add_argument('config'); t.add_argument('out')
-    t.add_argument('--rounds', type=int, default=None); t.add_argument('--set', action='append', default=[])
-    w = sub.add_parser('table'); w.add_argument('folder'); w.add_argument('out'); w.add_argument('--cell', default=None)
+    p, sub, t = adapter_cli(__doc__)
     m = sub.add_parser('ours-plain-mean', help=run_ours_plain_mean.__doc__); m.add_argument('config'); m.add_argument('out')
     m.add_argument('--rounds', type=int, default=None); m.add_argument('--set', action='append', default=[])
     c = sub.add_parser('check', help=check.__doc__.split('\n')[0]); c.add_argument('folder'); c.add_argument('commit'); c.add_argument('config')

@@ -51,7 +51,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import check_commit, with_changes, save_theirs, gm_row, write_table as common_table, EVAL_ROUNDS
+from common import check_commit, with_changes, save_theirs, gm_row, write_table as common_table, EVAL_ROUNDS, adapter_cli
 from fedloge_nb.federated import FedConfig, sample_clients
 from fedloge_nb.data import make_fed_data
 from fedloge_nb.models import make_backbone
@@ -153,11 +153,7 @@ def write_table(folder, out, cell_dir=None):
 
 
 if __name__ == '__main__':
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    sub = p.add_subparsers(dest='side', required=True)
-    t = sub.add_parser('theirs'); t.add_argument('folder'); t.add_argument('commit'); t.add_argument('config'); t.add_argument('out')
-    t.add_argument('--rounds', type=int, default=None); t.add_argument('--set', action='append', default=[])
-    w = sub.add_parser('table'); w.add_argument('folder'); w.add_argument('out'); w.add_argument('--cell', default=None)
+    p, sub, t = adapter_cli(__doc__)
     a = p.parse_args()
     if a.side == 'theirs': run_theirs(a.folder, a.commit, a.config, a.out, a.rounds, a.set)
     else: write_table(a.folder, a.out, a.cell)

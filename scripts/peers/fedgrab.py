@@ -56,7 +56,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import check_commit, with_changes, save_theirs, gm_row, write_table as common_table, TensorSet, EVAL_ROUNDS
+from common import check_commit, with_changes, save_theirs, gm_row, write_table as common_table, TensorSet, EVAL_ROUNDS, adapter_cli
 from fedloge_nb.federated import FedConfig, sample_clients
 from fedloge_nb.data import make_fed_data
 from fedloge_nb.models import make_backbone
@@ -228,16 +228,12 @@ def diagnostics(folder) -> list:
 
 
 if __name__ == '__main__':
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    sub = p.add_subparsers(dest='side', required=True)
-    t = sub.add_parser('theirs'); t.add_argument('folder'); t.add_argument('commit'); t.add_argument('config'); t.add_argument('out')
-    t.add_argument('--rounds', type=int, default=None); t.add_argument('--set', action='append', default=[])
+    p, sub, t = adapter_cli(__doc__)
     t.add_argument('--variant', default='none', choices=('none', 'train_head'), help="diagnostic: 'train_head' lets their optimiser step the classifier too (not their code)")
     c = sub.add_parser('check', help="one client's updates by both codes from the same model and batches (see `check`)")
     c.add_argument('folder'); c.add_argument('commit'); c.add_argument('config'); c.add_argument('--client', type=int, default=0)
     c.add_argument('--rounds', type=int, default=3); c.add_argument('--set', action='append', default=[])
     c.add_argument('--their_kp', type=float, default=None, help="a negative control: their K_p (ours keeps the config's)")
-    w = sub.add_parser('table'); w.add_argument('folder'); w.add_argument('out'); w.add_argument('--cell', default=None)
     a = p.parse_args()
     if a.side == 'theirs': run_theirs(a.folder, a.commit, a.config, a.out, a.rounds, a.set, a.variant)
     elif a.side == 'check': check(a.folder, a.commit, a.config, a.client, a.rounds, a.set, a.their_kp)

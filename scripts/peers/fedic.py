@@ -70,7 +70,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (check_commit, with_changes, gm_row, summarise, save_theirs, write_table as common_table, TensorSet,
+from common import (check_commit, with_changes, gm_row, summarise, save_theirs, write_table as common_table, TensorSet, adapter_cli,
                     EVAL_ROUNDS, COMMAND, ENV)
 from fedloge_nb.federated import FedConfig, sample_clients
 from fedloge_nb.data import make_fed_data
@@ -455,15 +455,11 @@ def check_pieces(folder, commit):
 
 
 if __name__ == '__main__':
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    sub = p.add_subparsers(dest='side', required=True)
-    t = sub.add_parser('theirs'); t.add_argument('folder'); t.add_argument('commit'); t.add_argument('config'); t.add_argument('out')
-    t.add_argument('--rounds', type=int, default=None); t.add_argument('--set', action='append', default=[])
+    p, sub, t = adapter_cli(__doc__)
     t.add_argument('--variant', default=None, help="logweights: a diagnostic, their teacher's client weights normalised as ours (log space)")
     o = sub.add_parser('ours'); o.add_argument('config'); o.add_argument('out'); o.add_argument('--rounds', type=int, default=None)
     o.add_argument('--set', action='append', default=[])
     o.add_argument('--variant', default=None, help='keep_adam: a diagnostic, the server stages with Adam states kept across rounds (as the authors\' code)')
-    w = sub.add_parser('table'); w.add_argument('folder'); w.add_argument('out'); w.add_argument('--cell', default=None)
     d = sub.add_parser('divergence'); d.add_argument('folder'); d.add_argument('out')
     k = sub.add_parser('check'); k.add_argument('folder'); k.add_argument('commit')
     a = p.parse_args()

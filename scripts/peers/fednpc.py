@@ -61,7 +61,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import check_commit, with_changes, save_theirs, gm_row, write_table as common_table, TensorSet, EVAL_ROUNDS
+from common import check_commit, with_changes, save_theirs, gm_row, write_table as common_table, TensorSet, EVAL_ROUNDS, adapter_cli
 from fedloge_nb.federated import FedConfig, sample_clients
 from fedloge_nb.data import make_fed_data, augment_batch
 from fedloge_nb.models import make_backbone
@@ -301,14 +301,10 @@ def write_table(folder, out, cell_dir=None):
 
 
 if __name__ == '__main__':
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    sub = p.add_subparsers(dest='side', required=True)
-    t = sub.add_parser('theirs'); t.add_argument('folder'); t.add_argument('commit'); t.add_argument('config'); t.add_argument('out')
-    t.add_argument('--rounds', type=int, default=None); t.add_argument('--set', action='append', default=[])
+    p, sub, t = adapter_cli(__doc__)
     c = sub.add_parser('check', help="both codes from the same model on the same data (see `check`)")
     c.add_argument('folder'); c.add_argument('commit'); c.add_argument('config'); c.add_argument('--client', type=int, default=0); c.add_argument('--rounds', type=int, default=2)
     c.add_argument('--their_momentum', type=float, default=None, help='a negative control: their local momentum (their code: 0)')
-    w = sub.add_parser('table'); w.add_argument('folder'); w.add_argument('out'); w.add_argument('--cell', default=None)
     a = p.parse_args()
     if a.side == 'theirs': run_theirs(a.folder, a.commit, a.config, a.out, a.rounds, a.set)
     elif a.side == 'check': check(a.folder, a.commit, a.config, a.client, a.rounds, a.their_momentum)

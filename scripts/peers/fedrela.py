@@ -66,7 +66,7 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (check_commit, save_theirs, write_table as common_table, with_changes, TensorSet, EVAL_ROUNDS, gm_row)
+from common import (check_commit, save_theirs, write_table as common_table, with_changes, TensorSet, EVAL_ROUNDS, gm_row, adapter_cli)
 from fedloge_nb.federated import FedConfig, sample_clients
 from fedloge_nb.data import make_fed_data
 from fedloge_nb.models import make_backbone
@@ -324,12 +324,8 @@ def write_table(folder, out, cell_dir=None):
 
 
 if __name__ == '__main__':
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    sub = p.add_subparsers(dest='side', required=True)
-    t = sub.add_parser('theirs'); t.add_argument('folder'); t.add_argument('commit'); t.add_argument('config'); t.add_argument('out')
-    t.add_argument('--rounds', type=int, default=None); t.add_argument('--set', action='append', default=[])
+    p, sub, t = adapter_cli(__doc__)
     t.add_argument('--sse-norm', type=float, default=None, help="diagnostic: rescale their SSE-C solve to this mean column norm (theirs: 0.1; ours: gamma 2)")
-    w = sub.add_parser('table'); w.add_argument('folder'); w.add_argument('out'); w.add_argument('--cell', default=None)
     c = sub.add_parser('check', help="Eq. 1-4 of theirs against ours on random clients"); c.add_argument('folder'); c.add_argument('commit')
     a = p.parse_args()
     if a.side == 'check': check_relabel(a.folder, a.commit)

@@ -285,11 +285,9 @@ def run_ours_plain_mean(config, out, rounds=None, sets=()):
 
 def write_table(folder, out, cell_dir=None):
     "The comparison as markdown (`common.write_table`) with FedBABU's setting, and the PM after fine-tuning paired by seed."
-    from scipy import stats
-    runs = {}
-    for p in sorted(Path(folder).glob('*.json')):
-        r = json.loads(p.read_text()); runs.setdefault(r['config']['seed'], {})[r['side']] = r
-    seeds = sorted(k for k, v in runs.items() if {'ours', 'theirs'} <= set(v))
+    from fedloge_nb.peers import load_pairs
+    from fedloge_nb.aggregate import t_halfwidth
+    runs = load_pairs(folder); seeds = list(runs)
     o = runs[seeds[0]]['ours']; c = o['config']
     setting = (f"Setting: the leaderboard's FedAvg cell at {c['dataset']} IF {c['imb_factor']}, Dirichlet alpha {c['alpha']} with the method "
                f"swapped to FedBABU at our hyperparameters for the cell ({', '.join(f'{k} {v}' for k, v in o['hp'].items())}; ft_epochs is the cell's "
@@ -297,7 +295,7 @@ def write_table(folder, out, cell_dir=None):
                f"lr {c['lr']} (constant on both sides), momentum {c['momentum']}, weight decay {c['weight_decay']}, val_frac {c.get('val_frac', 0)}.")
     a = np.array([runs[s]['ours']['final_summary']['pm_acc'] for s in seeds]); b = np.array([runs[s]['theirs']['final_pm']['pm_acc'] for s in seeds])
     full = np.array([runs[s]['theirs']['final_pm']['pm_acc_full'] for s in seeds]); d = b - a
-    h = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d)) if len(d) > 1 else float('nan')
+    h = float(t_halfwidth(d.std(ddof=1), len(d))) if len(d) > 1 else float('nan')
     extra = ['', "**PM after fine-tuning, compared** (the definitions are the same here, unlike the generic line above, which reads PM from the "
              "last 3 evaluations): each client fine-tunes the final model for ft_epochs on its training data and is tested on its local test set, "
              "the unweighted mean over the clients.", '',
@@ -323,7 +321,7 @@ def write_table(folder, out, cell_dir=None):
     if ds:
         pmn = np.array([diag[s_]['summary']['gm_acc_last3'] for s_ in ds]); th = np.array([runs[s_]['theirs']['summary']['gm_acc_last3'] for s_ in ds])
         ou = np.array([runs[s_]['ours']['summary']['gm_acc_last3'] for s_ in ds]); dd = th - pmn
-        hh = stats.t.ppf(0.975, len(dd) - 1) * dd.std(ddof=1) / np.sqrt(len(dd)) if len(dd) > 1 else float('nan')
+        hh = float(t_halfwidth(dd.std(ddof=1), len(dd))) if len(dd) > 1 else float('nan')
         pm_d = np.array([diag[s_]['final_summary']['pm_acc'] for s_ in ds])
         extra += ['', "**One component swapped: the server's mean.** Their `main_fed.py` averages the round's bodies with equal weights "
                   "(`w_glob[k] / m`), ours (FedAvg's) by the clients' sample counts. Ours with their plain mean (`scripts/peers/fedbabu.py "

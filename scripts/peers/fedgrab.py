@@ -198,7 +198,7 @@ def write_table(folder, out, cell_dir=None):
 
 def diagnostics(folder) -> list:
     "Markdown lines on the runs in `folder/diagnostics` (one component swapped on each side), beside the table's runs, when there are any."
-    from scipy import stats
+    from fedloge_nb.aggregate import t_halfwidth
     d = Path(folder)/'diagnostics'
     load = lambda pat: {json.loads(p.read_text())['config']['seed']: json.loads(p.read_text()) for p in sorted(d.glob(pat))}
     sides = [('ours (the cell: classifier trained, DPA after round 5)', load('../ours_if100_s*.json')),
@@ -219,7 +219,7 @@ def diagnostics(folder) -> list:
     pairs = [(named[a], named[b]) for a, b in (('theirs, classifier trained', 'ours, DPA off'), ('theirs, classifier trained', 'ours'), ('theirs', 'theirs, classifier trained'),
                                                ('ours', 'ours, DPA off'), ('theirs', 'ours')) if a in named and b in named]
     for (a, ra), (b, rb) in pairs:
-        dd = g(ra) - g(rb); h = stats.t.ppf(0.975, len(dd) - 1) * dd.std(ddof=1) / np.sqrt(len(dd)) if len(dd) > 1 else float('nan')
+        dd = g(ra) - g(rb); h = float(t_halfwidth(dd.std(ddof=1), len(dd))) if len(dd) > 1 else float('nan')
         lines.append(f"| {a.split(' (')[0]} minus {b.split(' (')[0]} | {dd.mean():+.2f} [{dd.mean() - h:+.2f}, {dd.mean() + h:+.2f}] | {(g(ra, 'gm_few_last3') - g(rb, 'gm_few_last3')).mean():+.2f} |")
     cmds = [r[s]['command'] for name, r in sides if ',' in name.split(' (')[0] for s in seeds]
     lines += ['', 'Their commands:', ''] + [f'- `{c}`' for c in cmds]

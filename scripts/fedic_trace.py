@@ -22,7 +22,8 @@ from fedloge_nb.datasets import atomic_write
 
 
 def _norms(state: dict, tag: str) -> dict:
-    return {f'{tag}_{k.replace(".weight", "")}': float(v.norm()) for k, v in state.items() if k.endswith('weight')}
+    "Each weight matrix's Frobenius norm, as columns `{tag}_{name}`."
+    return {f'{tag}_{k.replace(".weight", "")}': float(v.float().norm()) for k, v in state.items() if k.endswith('weight')}
 
 
 class TracedFedIC(FedIC):

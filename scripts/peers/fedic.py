@@ -76,6 +76,8 @@ from fedloge_nb.federated import FedConfig, sample_clients
 from fedloge_nb.data import make_fed_data
 from fedloge_nb.models import make_backbone
 from fedloge_nb.datasets import atomic_write
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from fedic_trace import _norms                                   # the trace's columns: scripts/fedic_trace.py
 
 REPO = 'https://github.com/shangxinyi/FEDIC'
 STAGES = ('fine-tune', 'teacher', 'distillation')      # the three server stages of their update, 100 steps each
@@ -87,11 +89,6 @@ def _finite(t) -> bool: return bool(torch.isfinite(t).all())
 def _bad_keys(state: dict) -> list:
     "The names of the floating tensors of `state` holding a non-finite value."
     return [k for k, v in state.items() if torch.is_tensor(v) and v.is_floating_point() and not _finite(v)]
-
-
-def _norms(state: dict, tag: str) -> dict:
-    "Each weight matrix's Frobenius norm (the columns of scripts/fedic_trace.py)."
-    return {f'{tag}_{k.replace(".weight", "")}': float(v.float().norm()) for k, v in state.items() if k.endswith('weight')}
 
 
 class Watch:
@@ -297,14 +294,18 @@ def run_ours_traced(config, out, rounds=None, sets=(), variant=None):
             avg = FedAvg.aggregate(self, gstate, results)
             new = super().aggregate(gstate, results)
             self.server_net.load_state_dict(new, strict=False); self.server_net.eval()
+            self.record(avg, new, results)
+            return new
+
+        def record(self, avg, out, results):
+            "One trace row: the clients' losses, the server model's CE and largest logit on its set, the teacher's scales, weight norms."
             with torch.no_grad(): z = self.server_net(self.xs)
             losses = [r.loss for r in results]
             self.trace.append(dict(round=self.rounds_done, client_loss_mean=float(np.mean(losses)), client_loss_max=float(np.max(losses)),
                                    server_ce=float(F.cross_entropy(z, self.ys)), server_max_logit=float(z.abs().max()),
                                    teacher_scale_max=float(self.teacher.logit_scale.detach().max()),
                                    teacher_ens_scale_norm=float(self.teacher.ens_scale.detach().norm()),
-                                   **_norms(avg, 'avg'), **_norms(new, 'distilled')))
-            return new
+                                   **_norms(avg, 'avg'), **_norms(out, 'distilled')))
 
     class KeepAdam(Traced):
         "A diagnostic, not the chapter's method: its three server stages with Adam states kept across rounds, as the authors' three optimisers."
@@ -336,13 +337,7 @@ def run_ours_traced(config, out, rounds=None, sets=(), variant=None):
                 i = _pick(len(self.ys), hp['server_batch'], g, self.ys.device)
                 loss = distill_loss(s(self.xs[i]), zt[i], self.ys[i], hp['temperature'], hp['ld']); self.opt_s.zero_grad(set_to_none=True); loss.backward(); self.opt_s.step()
             s.eval(); out = {k: v for k, v in shared(s, self.is_shared).items() if k in new}
-            with torch.no_grad(): z = s(self.xs)
-            losses = [r.loss for r in results]
-            self.trace.append(dict(round=self.rounds_done, client_loss_mean=float(np.mean(losses)), client_loss_max=float(np.max(losses)),
-                                   server_ce=float(F.cross_entropy(z, self.ys)), server_max_logit=float(z.abs().max()),
-                                   teacher_scale_max=float(self.teacher.logit_scale.detach().max()),
-                                   teacher_ens_scale_norm=float(self.teacher.ens_scale.detach().norm()),
-                                   **_norms(avg, 'avg'), **_norms(out, 'distilled')))
+            self.record(avg, out, results)                          # s is self.server_net
             return out
 
     cfg = dataclasses.replace(with_changes(config, rounds, sets), eval_every=10)
